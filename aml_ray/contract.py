@@ -1,0 +1,221 @@
+"""The AML Add/Search contract: request and response models with strict validation.
+
+Source of every rule here: the AML API guide and user documentation (`shared/seeds/`), sections
+"Add / Search contract" and "Error handling". A success response that breaks a rule raises
+:class:`ContractError`, which names the field; the pipeline stops the stage on it and never retries it.
+
+Shapes (Textual track; content is a string):
+
+- Add request: ``{request_id, messages: [{role, content, timestamp?}], user_id, session_id}``
+- Add response (HTTP 200): ``{success: true, request_id, user_id, session_id}``, ids echoed byte for byte.
+  HTTP 202 only when the version has a bound Add-status URL containing ``{task_id}``; then the body must
+  carry a non-empty ``task_id``.
+- Search request: ``{query, options?, user_id, top_k}``
+- Search response (HTTP 200): ``{data: [{id, content, score?, created_at?}]}``, at most ``top_k`` items,
+  each with a non-empty string ``id`` and ``content``; undeclared fields are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Formal Top K of external evaluations (seed: "Formal Top K 100").
+FORMAL_TOP_K = 100
+
+
+class ContractError(Exception):
+    """A participant response broke the AML contract.
+
+    Args:
+        field: dotted path of the offending field, e.g. ``"request_id"`` or ``"data[3].content"``.
+        reason: what is wrong and how to fix it, in one sentence.
+        request_id: the platform request the response belongs to (no secrets), when known.
+
+    Contract errors are never retried (seed: "Contract errors stop immediately").
+    """
+
+    def __init__(self, field: str, reason: str, request_id: str | None = None):
+        self.field = field
+        self.reason = reason
+        self.request_id = request_id
+        where = f" (request {request_id})" if request_id else ""
+        super().__init__(f"contract violation in field '{field}'{where}: {reason}")
+
+    def __reduce__(self):  # keeps field/reason when the error crosses a Ray process boundary
+        return (ContractError, (self.field, self.reason, self.request_id))
+
+
+class Message(BaseModel):
+    """One message of an Add request. ``timestamp`` is Unix time in milliseconds (UTC)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str = Field(min_length=1)
+    timestamp: int | None = None
+
+
+class AddRequest(BaseModel):
+    """Body of POST Add. ``messages`` is non-empty and ordered as in the source session."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    request_id: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    user_id: str = Field(min_length=1)
+    session_id: str = Field(min_length=1)
+
+
+class SearchRequest(BaseModel):
+    """Body of POST Search. ``options`` only for multiple-choice questions; never holds the gold."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query: str = Field(min_length=1)
+    options: list[str] | None = None
+    user_id: str = Field(min_length=1)
+    top_k: int = Field(ge=1)
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON body; ``options`` is omitted for open questions (seed: "omitted for open questions")."""
+        return self.model_dump(exclude_none=True)
+
+
+class MemoryItem(BaseModel):
+    """One retrieved memory, as accepted from a Search response (declared fields only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    content: str
+    score: float | None = None
+    created_at: str | None = None
+
+
+def _fail(field: str, reason: str, request_id: str | None = None) -> None:
+    raise ContractError(field, reason, request_id)
+
+
+def validate_add_response(
+    request: AddRequest, status: int, body: Any, *, add_status_url: str | None = None
+) -> str | None:
+    """Check a successful Add response against the contract.
+
+    Args:
+        request: the request that was sent.
+        status: HTTP status, 200 or 202 (other statuses are handled by the retry policy, not here).
+        body: the decoded JSON body (any JSON value).
+        add_status_url: the version's bound Add-status URL template (must contain ``{task_id}``), or None.
+
+    Returns:
+        None for a synchronous 200; the ``task_id`` for an accepted 202 that must be polled.
+
+    Raises:
+        ContractError: naming the field (``success``, ``request_id``, ``user_id``, ``session_id``,
+            ``task_id`` or ``status``).
+    """
+    rid = request.request_id
+    if not isinstance(body, dict):
+        _fail("body", f"must be a JSON object, got {type(body).__name__}", rid)
+    if status == 202:
+        if not add_status_url or "{task_id}" not in add_status_url:
+            _fail("status", "HTTP 202 without a bound Add-status URL is a contract error; return 200 "
+                  "after the write is persisted", rid)
+        task_id = body.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            _fail("task_id", "HTTP 202 must return a non-empty string task_id", rid)
+        return task_id
+    if status != 200:
+        _fail("status", f"expected HTTP 200, got {status}", rid)
+    if body.get("success") is not True:
+        _fail("success", f"must be the boolean true, got {body.get('success')!r}", rid)
+    for name in ("request_id", "user_id", "session_id"):
+        sent = getattr(request, name)
+        got = body.get(name)
+        if not isinstance(got, str) or got != sent:
+            _fail(name, f"must echo the request byte for byte: sent {sent!r}, got {got!r}", rid)
+    return None
+
+
+def validate_search_response(
+    request: SearchRequest, status: int, body: Any, *, request_id: str | None = None
+) -> list[MemoryItem]:
+    """Check a Search response and return its items in participant order.
+
+    Args:
+        request: the request that was sent (its ``top_k`` bounds the item count).
+        status: HTTP status; only 200 is a success.
+        body: the decoded JSON body.
+        request_id: the platform's id for this question, used in error messages.
+
+    Returns:
+        The items, in the participant's order, with only the declared fields.
+
+    Raises:
+        ContractError: ``data`` missing or not an array, more than ``top_k`` items (never truncated),
+            an item that is not an object, or an item whose ``id``/``content`` is not a non-empty
+            string, a non-numeric ``score``, a non-string ``created_at``.
+    """
+    if status != 200:
+        _fail("status", f"expected HTTP 200, got {status}", request_id)
+    if not isinstance(body, dict):
+        _fail("data", "the response must be a JSON object with a 'data' array, not a "
+              f"top-level {type(body).__name__}", request_id)
+    data = body.get("data")
+    if not isinstance(data, list):
+        _fail("data", f"must be an array (no 'items' wrapper), got {type(data).__name__}", request_id)
+    if len(data) > request.top_k:
+        _fail("data", f"returned {len(data)} items for top_k={request.top_k}; excess items are a "
+              "contract error and are not truncated", request_id)
+    items: list[MemoryItem] = []
+    for i, raw in enumerate(data):
+        where = f"data[{i}]"
+        if not isinstance(raw, dict):
+            _fail(where, "each item must be an object", request_id)
+        for name in ("id", "content"):
+            value = raw.get(name)
+            if not isinstance(value, str) or not value.strip():
+                _fail(f"{where}.{name}", f"must be a non-empty string, got {value!r}", request_id)
+        score = raw.get("score")
+        if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
+                                  or not math.isfinite(score)):
+            _fail(f"{where}.score", f"must be a finite number when present, got {score!r}", request_id)
+        created_at = raw.get("created_at")
+        if created_at is not None and not isinstance(created_at, (str, int, float)):
+            _fail(f"{where}.created_at", "must be a timestamp string or number when present", request_id)
+        items.append(MemoryItem(
+            id=raw["id"], content=raw["content"],
+            score=float(score) if score is not None else None,
+            created_at=str(created_at) if created_at is not None else None,
+        ))
+    return items
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class AddResponseModel(_Strict):
+    """Response model used by the reference server's OpenAPI (platform validation is in the functions)."""
+
+    success: bool
+    request_id: str
+    user_id: str
+    session_id: str
+
+
+class SearchResponseModel(_Strict):
+    """Response model used by the reference server's OpenAPI."""
+
+    data: list[MemoryItem]
+
+    @field_validator("data")
+    @classmethod
+    def _non_empty_fields(cls, v: list[MemoryItem]) -> list[MemoryItem]:
+        for item in v:
+            if not item.id or not item.content:
+                raise ValueError("id and content must be non-empty")
+        return v
