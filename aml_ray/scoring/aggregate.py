@@ -1,0 +1,182 @@
+"""Aggregate per-question results into per-category and per-dataset scores (polars).
+
+Source: DESIGN.md ("The pipeline": Aggregation; "Scoring contracts": a judge failure never silently
+leaves the denominator) and the AML rule that coverage is reported next to every score.
+
+Rules, per ``(dataset, category)`` group and per dataset (the ``"overall"`` row, a micro-average over
+all of the dataset's non-excluded questions):
+
+- Excluded rows (``excluded`` true, e.g. LoCoMo category 5) are only counted, in ``n_excluded``.
+- Every non-excluded row is in the denominator ``n_total``, whatever its status.
+- A row scores only when ``status == "scored"``; every other status (``answer_error``,
+  ``judge_error``, ``search_error``) counts as WRONG for accuracy and as 0 for f1 and bleu1.
+  A scored row with a null ``f1``/``bleu1`` also counts 0, and a scored row counts as correct only
+  when its verdict is exactly ``"CORRECT"``.
+- ``coverage = n_scored / n_total``; ``accuracy = n_correct / n_total``;
+  ``accuracy_se = sqrt(accuracy * (1 - accuracy) / n_total)`` (binomial standard error over the same
+  denominator); ``f1`` and ``bleu1`` are sums over scored rows divided by ``n_total``.
+- A group with no non-excluded rows keeps its counts; its ratios are null.
+
+Example: 10 questions, 2 answer errors, 7 of the other 8 judged CORRECT -> accuracy 0.70 (not 0.875)
+and coverage 0.8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+OVERALL = "overall"
+"""Category value of the per-dataset row that aggregates all its categories."""
+
+STATUSES = ("scored", "answer_error", "judge_error", "search_error")
+"""Allowed values of the ``status`` column."""
+
+REQUIRED_COLUMNS = ("dataset", "category", "excluded", "status", "verdict", "f1", "bleu1")
+"""Columns :func:`aggregate` reads; other columns are ignored."""
+
+RESULT_SCHEMA = {
+    "dataset": pl.String,
+    "category": pl.String,
+    "n_total": pl.Int64,
+    "n_scored": pl.Int64,
+    "n_errors": pl.Int64,
+    "n_excluded": pl.Int64,
+    "coverage": pl.Float64,
+    "accuracy": pl.Float64,
+    "accuracy_se": pl.Float64,
+    "f1": pl.Float64,
+    "bleu1": pl.Float64,
+}
+"""Columns and dtypes of the frame :func:`aggregate` returns, in order."""
+
+
+def _validate(df: pl.DataFrame) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"results frame lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}"
+        )
+    bad = df.filter(~pl.col("status").is_in(STATUSES) | pl.col("status").is_null())
+    if bad.height:
+        values = sorted({str(v) for v in bad["status"].to_list()})
+        raise ValueError(f"unknown status values {values}; allowed: {', '.join(STATUSES)}")
+    if df["excluded"].null_count():
+        raise ValueError("column 'excluded' has nulls; every row must say true or false")
+
+
+def _group_metrics() -> list[pl.Expr]:
+    included = ~pl.col("excluded")
+    scored = included & (pl.col("status") == "scored")
+    correct = scored & (pl.col("verdict") == "CORRECT").fill_null(False)
+    return [
+        included.sum().cast(pl.Int64).alias("n_total"),
+        scored.sum().cast(pl.Int64).alias("n_scored"),
+        pl.col("excluded").sum().cast(pl.Int64).alias("n_excluded"),
+        correct.sum().cast(pl.Int64).alias("_n_correct"),
+        pl.when(scored).then(pl.col("f1").fill_null(0.0)).otherwise(0.0).sum().alias("_f1_sum"),
+        pl.when(scored).then(pl.col("bleu1").fill_null(0.0)).otherwise(0.0).sum().alias("_bleu1_sum"),
+    ]
+
+
+def _ratio(numerator: str) -> pl.Expr:
+    n = pl.col("n_total")
+    return pl.when(n > 0).then(pl.col(numerator).cast(pl.Float64) / n).otherwise(None)
+
+
+def aggregate(df: pl.DataFrame) -> pl.DataFrame:
+    """Aggregate per-question rows into one row per (dataset, category) plus a per-dataset overall.
+
+    Examples:
+        >>> rows = pl.DataFrame({
+        ...     "dataset": ["locomo"] * 10, "category": ["1"] * 10, "excluded": [False] * 10,
+        ...     "status": ["answer_error"] * 2 + ["scored"] * 8,
+        ...     "verdict": [None] * 2 + ["CORRECT"] * 7 + ["WRONG"],
+        ...     "f1": [None] * 2 + [1.0] * 8, "bleu1": [None] * 2 + [1.0] * 8,
+        ... })
+        >>> aggregate(rows).filter(pl.col("category") == "overall")["accuracy"].round(4).item()
+        0.7
+
+    Args:
+        df: one row per question with columns ``dataset`` (str), ``category`` (str), ``excluded``
+            (bool, no nulls), ``status`` (one of :data:`STATUSES`), ``verdict`` (``"CORRECT"``,
+            ``"WRONG"`` or null), ``f1`` and ``bleu1`` (float or null). Extra columns are ignored.
+
+    Returns:
+        A frame with the columns of :data:`RESULT_SCHEMA`: ``n_total`` (non-excluded questions, the
+        denominator), ``n_scored``, ``n_errors`` (``n_total - n_scored``), ``n_excluded``, then
+        ``coverage``, ``accuracy``, ``accuracy_se``, ``f1`` and ``bleu1`` (null when ``n_total`` is 0).
+        Rows are sorted by dataset, then category: categories that are integers in numeric order
+        (``"2"`` before ``"10"``), then other names alphabetically, then ``"overall"`` last.
+        An empty input gives an empty frame with that schema.
+
+    Raises:
+        ValueError: if a required column is missing, a status is not one of :data:`STATUSES`, or
+            ``excluded`` has nulls.
+    """
+    _validate(df)
+    if df.height == 0:
+        return pl.DataFrame(schema=RESULT_SCHEMA)
+    base = df.select(
+        pl.col("dataset").cast(pl.String),
+        pl.col("category").cast(pl.String),
+        pl.col("excluded").cast(pl.Boolean),
+        pl.col("status").cast(pl.String),
+        pl.col("verdict").cast(pl.String),
+        pl.col("f1").cast(pl.Float64),
+        pl.col("bleu1").cast(pl.Float64),
+    )
+    per_category = base.group_by("dataset", "category").agg(_group_metrics())
+    per_dataset = base.group_by("dataset").agg(_group_metrics()).with_columns(
+        pl.lit(OVERALL, dtype=pl.String).alias("category")
+    )
+    counts = pl.concat([per_category, per_dataset.select(per_category.columns)], how="vertical")
+    accuracy = _ratio("_n_correct")
+    result = (
+        counts.with_columns(
+            (pl.col("n_total") - pl.col("n_scored")).alias("n_errors"),
+            _ratio("n_scored").alias("coverage"),
+            accuracy.alias("accuracy"),
+            (accuracy * (1.0 - accuracy) / pl.col("n_total")).sqrt().alias("accuracy_se"),
+            _ratio("_f1_sum").alias("f1"),
+            _ratio("_bleu1_sum").alias("bleu1"),
+            (pl.col("category") == OVERALL).alias("_is_overall"),
+            pl.col("category").cast(pl.Int64, strict=False).alias("_category_number"),
+        )
+        .sort(
+            ["dataset", "_is_overall", "_category_number", "category"],
+            nulls_last=True,
+        )
+        .select(list(RESULT_SCHEMA))
+    )
+    return result.cast(RESULT_SCHEMA)
+
+
+def latency_summary(latencies_ms: Sequence[float] | pl.Series) -> dict[str, float | int | None]:
+    """Summarise call latencies (Add or Search) as p50 / p95 in milliseconds.
+
+    Quantiles use linear interpolation between the two nearest ranks (numpy ``method="linear"``,
+    Hyndman & Fan type 7, the numpy and polars default): the q-quantile of n sorted values sits at
+    0-based position ``q * (n - 1)``. Nulls and NaNs are dropped first.
+
+    Examples:
+        >>> latency_summary([10, 20, 30, 40, 50])
+        {'p50': 30.0, 'p95': 48.0, 'n': 5}
+
+    Args:
+        latencies_ms: per-call latencies in milliseconds, a sequence or a polars Series.
+
+    Returns:
+        ``{"p50": float | None, "p95": float | None, "n": int}``, where ``n`` counts the values used;
+        both quantiles are None when there is no value.
+    """
+    series = latencies_ms if isinstance(latencies_ms, pl.Series) else pl.Series(
+        "latency_ms", list(latencies_ms), dtype=pl.Float64, strict=False
+    )
+    values = series.cast(pl.Float64).drop_nulls().drop_nans().to_numpy()
+    if values.size == 0:
+        return {"p50": None, "p95": None, "n": 0}
+    p50, p95 = np.quantile(values, [0.5, 0.95], method="linear")
+    return {"p50": float(p50), "p95": float(p95), "n": int(values.size)}
