@@ -1,0 +1,118 @@
+"""FastAPI app of the reference BM25 memory system (speaks the AML Add/Search contract).
+
+Routes: ``POST /add``, ``POST /search``, ``GET /health`` (unauthenticated). Endpoints are plain ``def``
+so FastAPI runs them in its threadpool; the store serialises SQLite access with a lock.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+
+from aml_ray.contract import AddRequest, AddResponseModel, SearchRequest, SearchResponseModel
+from aml_ray.reference.bm25_index import BM25Index
+from aml_ray.reference.store import Memory, MemoryStore, RequestConflict
+
+#: Accepted values of ``auth`` (``None`` or ``"none"`` disables authentication).
+AUTH_SCHEMES = ("Token", "Bearer", "X-Api-Key")
+
+
+def _iso_utc(ms: int) -> str | None:
+    try:
+        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _created_at(m: Memory) -> str | None:
+    """Source timestamp when the message had one, else the persistence time."""
+    if m.timestamp_ms is not None:
+        iso = _iso_utc(m.timestamp_ms)
+        if iso is not None:
+            return iso
+    return _iso_utc(m.created_at)
+
+
+def _unauthorized(reason: str) -> HTTPException:
+    return HTTPException(status_code=401, detail={"reason": reason})
+
+
+def _auth_dependency(auth: str | None, secret: str | None):
+    """Build the dependency that checks credentials; never logs or echoes the secret."""
+    if auth is None or auth.lower() == "none":
+        return lambda: None
+    if auth not in AUTH_SCHEMES:
+        raise ValueError(f"auth must be one of {AUTH_SCHEMES} or None, got {auth!r}")
+    if not secret:
+        raise ValueError(f"auth={auth!r} needs a non-empty secret")
+    expected = secret.encode("utf-8")
+
+    def check(request: Request) -> None:
+        if auth == "X-Api-Key":
+            given = request.headers.get("x-api-key")
+            if given is None:
+                raise _unauthorized("missing X-Api-Key header")
+        else:
+            header = request.headers.get("authorization")
+            if header is None:
+                raise _unauthorized(f"missing Authorization header (expected scheme {auth})")
+            scheme, _, given = header.partition(" ")
+            if scheme.lower() != auth.lower():
+                raise _unauthorized(f"wrong Authorization scheme (expected {auth})")
+            given = given.strip()
+        if not hmac.compare_digest(given.encode("utf-8"), expected):
+            raise _unauthorized("invalid credentials")
+
+    return check
+
+
+def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = None) -> FastAPI:
+    """Create the reference memory system app.
+
+    Args:
+        db_path: SQLite file holding the memories (created if missing; reused across restarts).
+        auth: ``"Token"``, ``"Bearer"``, ``"X-Api-Key"``, or None / ``"none"`` for no authentication.
+        secret: the expected secret; required when ``auth`` is set.
+
+    Returns:
+        The FastAPI application. Its store and index are on ``app.state.store`` / ``app.state.index``.
+
+    Raises:
+        ValueError: unknown ``auth`` scheme, or a scheme without a secret.
+    """
+    check_auth = _auth_dependency(auth, secret)
+    store = MemoryStore(db_path)
+    index = BM25Index(store.memories)
+    app = FastAPI(title="aml-ray reference memory (BM25)", version="1")
+    app.state.store = store
+    app.state.index = index
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/add", dependencies=[Depends(check_auth)], response_model=AddResponseModel)
+    def add(body: AddRequest) -> dict[str, Any]:
+        try:
+            stored = store.add(body)
+        except RequestConflict:
+            raise HTTPException(status_code=409, detail={
+                "reason": "request_id was already applied with a different body; a retry must resend "
+                          "the same body, a new chunk needs a new request_id"}) from None
+        if stored:
+            index.mark_dirty(body.user_id)
+        return {"success": True, "request_id": body.request_id, "user_id": body.user_id,
+                "session_id": body.session_id}
+
+    @app.post("/search", dependencies=[Depends(check_auth)], response_model=SearchResponseModel)
+    def search(body: SearchRequest) -> dict[str, Any]:
+        hits = index.search(body.user_id, body.query, body.top_k)
+        return {"data": [{"id": h.memory.id, "content": h.memory.content, "score": h.score,
+                          "created_at": _created_at(h.memory)} for h in hits]}
+
+    return app

@@ -1,0 +1,246 @@
+"""Run the reference memory system: the ``python -m aml_ray.reference`` entry and :class:`ReferenceServer`.
+
+The command prints exactly one line ``READY http://host:port`` to stdout once it is listening (with
+``--port 0`` the OS picks a free port). The secret is read from an environment variable, never from argv,
+so it does not show up in process listings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+#: Environment variable through which :class:`ReferenceServer` passes the secret to its subprocess.
+SECRET_ENV = "AML_REFERENCE_SECRET"
+DB_NAME = "reference.sqlite3"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m aml_ray.reference``.
+
+    Returns:
+        The argument parser.
+    """
+    p = argparse.ArgumentParser(prog="python -m aml_ray.reference",
+                                description="Reference BM25 memory system speaking the AML Add/Search "
+                                            "contract.")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port; 0 picks a free one (default 0)")
+    p.add_argument("--db", type=Path, required=True, help="SQLite file for the memories")
+    p.add_argument("--auth", default="none", choices=["none", "Token", "Bearer", "X-Api-Key"],
+                   help="authentication scheme (default none)")
+    p.add_argument("--secret-env", default=SECRET_ENV,
+                   help=f"environment variable holding the secret (default {SECRET_ENV})")
+    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    return p
+
+
+async def _serve(app, sock: socket.socket, log_level: str) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task  # re-raises the startup failure
+            raise RuntimeError("uvicorn stopped before it started listening")
+        await asyncio.sleep(0.02)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"READY http://{shown}:{port}", flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until interrupted.
+
+    Args:
+        argv: arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The process exit status.
+    """
+    args = build_parser().parse_args(argv)
+    auth = None if args.auth == "none" else args.auth
+    secret = os.environ.get(args.secret_env) if auth else None
+    if auth and not secret:
+        print(f"error: --auth {auth} needs a secret in ${args.secret_env}", file=sys.stderr)
+        return 2
+    from aml_ray.reference.app import create_app
+
+    app = create_app(args.db, auth=auth, secret=secret)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the listening
+    # socket says so; without it every keep-alive response waits ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    try:
+        asyncio.run(_serve(app, sock, args.log_level))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+        app.state.store.close()
+    return 0
+
+
+class ReferenceServer:
+    """The reference memory system as a subprocess on a free loopback port.
+
+    Usage::
+
+        with ReferenceServer(tmp_dir, auth="Bearer", secret="s3cret") as srv:
+            httpx.post(srv.add_url, json=..., headers=srv.auth_headers())
+
+    Args:
+        directory: where the database (``reference.sqlite3``) and the subprocess logs live; reusing a
+            directory reuses its memories.
+        auth: ``"Token"``, ``"Bearer"``, ``"X-Api-Key"`` or None.
+        secret: the secret for ``auth`` (passed through the environment, not argv).
+        host: bind address (default loopback).
+        startup_timeout: seconds to wait for ``READY`` and a healthy ``GET /health``.
+        db_path: database file, overriding ``directory / "reference.sqlite3"``.
+    """
+
+    def __init__(self, directory: Path, *, auth: str | None = None, secret: str | None = None,
+                 host: str = "127.0.0.1", startup_timeout: float = 30.0, db_path: Path | None = None):
+        self.directory = Path(directory)
+        self.db_path = Path(db_path) if db_path else self.directory / DB_NAME
+        self.auth = None if auth in (None, "none") else auth
+        self._secret = secret
+        self.host = host
+        self.startup_timeout = startup_timeout
+        self.base_url: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._stdout_path = self.directory / "reference.stdout.log"
+        self._stderr_path = self.directory / "reference.stderr.log"
+
+    @property
+    def add_url(self) -> str:
+        """URL of ``POST /add``."""
+        return f"{self._base()}/add"
+
+    @property
+    def search_url(self) -> str:
+        """URL of ``POST /search``."""
+        return f"{self._base()}/search"
+
+    @property
+    def health_url(self) -> str:
+        """URL of ``GET /health``."""
+        return f"{self._base()}/health"
+
+    def _base(self) -> str:
+        if self.base_url is None:
+            raise RuntimeError("ReferenceServer is not running; use start() or a with-block")
+        return self.base_url
+
+    def auth_headers(self) -> dict[str, str]:
+        """Headers that authenticate against this server (empty without auth).
+
+        Returns:
+            A header dict; contains the secret, so do not log it.
+        """
+        if self.auth is None:
+            return {}
+        if self.auth == "X-Api-Key":
+            return {"X-Api-Key": self._secret or ""}
+        return {"Authorization": f"{self.auth} {self._secret}"}
+
+    def _stderr_tail(self, limit: int = 4000) -> str:
+        try:
+            return self._stderr_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def _fail(self, why: str) -> RuntimeError:
+        self.stop()
+        return RuntimeError(f"reference server failed to start: {why}\n--- stderr tail ---\n"
+                            f"{self._stderr_tail()}")
+
+    def start(self) -> ReferenceServer:
+        """Start the subprocess and wait until ``GET /health`` answers 200.
+
+        Returns:
+            self.
+
+        Raises:
+            RuntimeError: the process exited, or did not become healthy within ``startup_timeout``;
+                the message carries the tail of its stderr.
+        """
+        if self._proc is not None:
+            raise RuntimeError("ReferenceServer already started")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "aml_ray.reference", "--host", self.host, "--port", "0",
+               "--db", str(self.db_path), "--auth", self.auth or "none", "--secret-env", SECRET_ENV]
+        env = dict(os.environ)
+        env.pop(SECRET_ENV, None)
+        if self.auth is not None:
+            if not self._secret:
+                raise ValueError(f"auth={self.auth!r} needs a secret")
+            env[SECRET_ENV] = self._secret
+        with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + self.startup_timeout
+        while self.base_url is None:
+            for line in self._stdout_path.read_text(errors="replace").splitlines():
+                if line.startswith("READY "):
+                    self.base_url = line.split(" ", 1)[1].strip()
+            if self.base_url is not None:
+                break
+            if self._proc.poll() is not None:
+                raise self._fail(f"process exited with status {self._proc.returncode}")
+            if time.monotonic() > deadline:
+                raise self._fail(f"no READY line within {self.startup_timeout:.0f}s")
+            time.sleep(0.05)
+        last = "no answer"
+        while True:
+            try:
+                r = httpx.get(self.health_url, timeout=2.0)
+                if r.status_code == 200:
+                    return self
+                last = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            if self._proc.poll() is not None:
+                raise self._fail(f"process exited with status {self._proc.returncode}")
+            if time.monotonic() > deadline:
+                raise self._fail(f"GET /health not 200 within {self.startup_timeout:.0f}s ({last})")
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate the subprocess (SIGTERM, wait, then SIGKILL). Safe to call twice.
+
+        Args:
+            timeout: seconds to wait after SIGTERM before killing.
+        """
+        proc, self._proc = self._proc, None
+        self.base_url = None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> ReferenceServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
