@@ -53,6 +53,8 @@ LOCOMO_SHA256 = "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff
 LOCOMO_CACHE_NAME = Path("locomo") / "locomo10.json"
 #: LoCoMo category 5: adversarial / unanswerable (MANIFEST.md 3.1); excluded from scoring by default.
 ADVERSARIAL_CATEGORY = "5"
+#: Category meaning, from the official task_eval/evaluation.py (MANIFEST.md section 3.1).
+CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DATE = re.compile(

@@ -59,7 +59,8 @@ def _validate(df: pl.DataFrame) -> None:
         raise ValueError(
             f"results frame lacks columns {missing}; required: {', '.join(REQUIRED_COLUMNS)}"
         )
-    bad = df.filter(~pl.col("status").is_in(STATUSES) | pl.col("status").is_null())
+    # Excluded rows are only counted, so their status is not checked ("excluded" is the usual value).
+    bad = df.filter(~pl.col("excluded") & (~pl.col("status").is_in(STATUSES) | pl.col("status").is_null()))
     if bad.height:
         values = sorted({str(v) for v in bad["status"].to_list()})
         raise ValueError(f"unknown status values {values}; allowed: {', '.join(STATUSES)}")

@@ -1,0 +1,116 @@
+"""ModelClient: the one owner of traffic to an OpenAI-compatible model endpoint (answer or judge).
+
+A plain class (tested directly) that runs as a Ray actor, one per model endpoint
+(:func:`spawn_model_client`), so that endpoint's concurrency limit holds across stages and jobs.
+Uses the openai SDK with its aiohttp transport (``DefaultAioHttpClient``), temperature 0, and the
+platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import openai
+
+from aml_ray.config import ModelEndpoint
+from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+
+
+class ModelError(Exception):
+    """A model call failed permanently (non-retryable status such as 400/401/404)."""
+
+
+class ModelClient:
+    """Async chat-completions client for one endpoint.
+
+    Args:
+        endpoint: base_url, model, api key, max in-flight and timeout (seconds).
+        retry: bounded backoff for transient failures.
+
+    Raises:
+        ValueError: if the endpoint is the offline one (it has no HTTP endpoint to call).
+    """
+
+    def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy()):
+        if endpoint.offline:
+            raise ValueError(f"{endpoint.role} endpoint is offline: set {endpoint.role.upper()}_API_BASE")
+        self.endpoint = endpoint
+        self.retry = retry
+        self._client: openai.AsyncOpenAI | None = None
+        self._sem: asyncio.Semaphore | None = None
+
+    def _ensure(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            key = self.endpoint.api_key.get_secret_value() if self.endpoint.api_key else "not-needed"
+            self._client = openai.AsyncOpenAI(
+                base_url=self.endpoint.base_url, api_key=key, max_retries=0,
+                timeout=self.endpoint.timeout_s, http_client=openai.DefaultAioHttpClient(),
+            )
+            self._sem = asyncio.Semaphore(self.endpoint.max_in_flight)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP pool."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int) -> tuple[str, dict[str, int], float]:
+        client = self._ensure()
+        assert self._sem is not None
+        async with self._sem:
+            t0 = time.perf_counter()
+            try:
+                resp = await client.chat.completions.create(
+                    model=self.endpoint.model, messages=messages, temperature=0, max_tokens=max_tokens)
+            except openai.APIStatusError as exc:
+                if exc.status_code in MODEL_RETRY_STATUSES:
+                    raise TransientError(f"HTTP {exc.status_code}", exc.status_code,
+                                         parse_retry_after(exc.response.headers.get("retry-after"))) from None
+                raise ModelError(f"{self.endpoint.role} model: HTTP {exc.status_code} is not retried") from None
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                raise TransientError(type(exc).__name__) from None
+            latency_ms = (time.perf_counter() - t0) * 1000
+        text = (resp.choices[0].message.content or "") if resp.choices else ""
+        usage = {"prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
+                 "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0}
+        return text, usage, latency_ms
+
+    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 512) -> dict[str, Any]:
+        """One chat completion at temperature 0.
+
+        Returns:
+            ``{status: "ok"|"error", text, attempts, latency_ms, prompt_tokens, completion_tokens, error}``;
+            an empty reply is ``status="error"`` with ``error="empty reply"``.
+        """
+        out: dict[str, Any] = {"status": "error", "text": "", "attempts": 0, "latency_ms": None,
+                               "prompt_tokens": 0, "completion_tokens": 0, "error": None}
+        try:
+            async for attempt in self.retry.retrying():
+                with attempt:
+                    out["attempts"] += 1
+                    text, usage, latency = await self._attempt(messages, max_tokens)
+            out.update(text=text, latency_ms=latency, **usage)
+            out["status"] = "ok" if text.strip() else "error"
+            out["error"] = None if text.strip() else "empty reply"
+        except TransientError as exc:
+            out["error"] = f"gave up after {out['attempts']} attempts: {exc.reason}"
+        except ModelError as exc:
+            out["error"] = str(exc)
+        return out
+
+    async def complete_batch(self, batch: list[list[dict[str, Any]]], *, max_tokens: int = 512) -> list[dict[str, Any]]:
+        """Many completions concurrently (bounded by ``max_in_flight``); results in input order."""
+        return list(await asyncio.gather(*(self.complete(m, max_tokens=max_tokens) for m in batch)))
+
+
+def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
+    """Start the ``ModelClient`` Ray actor for one endpoint (shared by name when given)."""
+    import ray
+
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000}
+    if name:
+        options.update(name=name, get_if_exists=True)
+    return ray.remote(ModelClient).options(**options).remote(endpoint)

@@ -1,0 +1,192 @@
+"""The ``aml-ray`` command line (typer + rich).
+
+``aml-ray run`` evaluates one participant on one dataset and prints the score table;
+``aml-ray reference`` serves the reference BM25 memory system on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(help="aml-ray: evaluate agent memory systems through the AML Add/Search contract.",
+                  pretty_exceptions_enable=False,  # rich tracebacks print locals, which may hold secrets
+                  no_args_is_help=True, add_completion=False)
+# Wide enough for the score table when output is a file or a CI log (rich defaults to 80 columns there).
+console = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+REFERENCE_PREFIX = "reference:"
+STAGES = ("add", "search", "answer", "judge")
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def render_table(result_table, *, offline: bool, title: str, category_names: dict[str, str] | None = None) -> Table:
+    """A rich table of the aggregated scores (one row per category, then overall)."""
+    t = Table(title=title, caption="accuracy ± standard error; coverage = scored / total; "
+              + ("OFFLINE answerer and judge: not official scores" if offline else "judge: LLM"))
+    for col in ("category", "n", "scored", "errors", "excluded", "coverage", "accuracy", "F1", "BLEU-1"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+
+    def pct(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    for r in result_table.to_dicts():
+        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}"
+        name = r["category"] + (f" {category_names[r['category']]}" if r["category"] in (category_names or {}) else "")
+        t.add_row(name, str(r["n_total"]), str(r["n_scored"]), str(r["n_errors"]),
+                  str(r["n_excluded"]), pct(r["coverage"]), acc, pct(r["f1"]), pct(r["bleu1"]),
+                  style="bold" if r["category"] == "overall" else None)
+    return t
+
+
+@contextlib.contextmanager
+def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
+                 max_in_flight: int, rps: float | None):
+    from aml_ray.actors.participant import ParticipantSpec
+
+    secret = None
+    if secret_env:
+        value = os.environ.get(secret_env)
+        if not value:
+            _fail(f"--secret-env {secret_env}: the environment variable is empty or unset; export it with "
+                  "the Memory System Key")
+        secret = SecretStr(value)
+    if participant.startswith(REFERENCE_PREFIX):
+        kind = participant[len(REFERENCE_PREFIX):]
+        if kind != "bm25":
+            _fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
+        from aml_ray.reference.server import ReferenceServer
+
+        with ReferenceServer(workdir / "reference") as server:
+            yield "reference:bm25", ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
+                                                    health_url=server.health_url,
+                                                    max_in_flight=max_in_flight, requests_per_s=rps)
+        return
+    base = participant.rstrip("/")
+    try:
+        spec = ParticipantSpec(add_url=add_url or f"{base}/add", search_url=search_url or f"{base}/search",
+                               auth=auth, secret=secret, max_in_flight=max_in_flight, requests_per_s=rps)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        _fail(f"participant: {'.'.join(map(str, first['loc'])) or 'spec'}: {first['msg']}")
+    yield base, spec
+
+
+@app.command()
+def run(
+    dataset: Annotated[str, typer.Option(help="Benchmark to run.")] = "locomo",
+    data: Annotated[Optional[Path], typer.Option(help="Local dataset file; without it the pinned file is "
+                                                 "downloaded into the cache and its sha256 checked.")] = None,
+    participant: Annotated[str, typer.Option(help="Participant base URL (POST {url}/add, {url}/search) or "
+                                             "'reference:bm25' to start the reference system.")] = "reference:bm25",
+    add_url: Annotated[Optional[str], typer.Option(help="Add endpoint, overriding {participant}/add.")] = None,
+    search_url: Annotated[Optional[str], typer.Option(help="Search endpoint, overriding {participant}/search.")] = None,
+    auth: Annotated[str, typer.Option(help="none | Token | Bearer | X-Api-Key")] = "none",
+    secret_env: Annotated[Optional[str], typer.Option(help="Environment variable holding the Memory System Key "
+                                                      "(never pass the secret itself).")] = None,
+    top_k: Annotated[int, typer.Option(min=1, help="Top K for Search (formal: 100).")] = 100,
+    limit_samples: Annotated[Optional[int], typer.Option(min=1, help="Only the first N samples.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (default ./runs/<run_id>).")] = None,
+    run_label: Annotated[Optional[str], typer.Option(help="A label recorded in run.json.")] = None,
+    max_in_flight: Annotated[int, typer.Option(min=1, help="Participant's declared max in-flight requests.")] = 64,
+    rps: Annotated[Optional[float], typer.Option(help="Participant's declared requests/s limit.")] = None,
+    allow_hash_mismatch: Annotated[bool, typer.Option(help="Accept a dataset file whose sha256 differs from "
+                                                      "the pin (recorded in run.json).")] = False,
+    num_cpus: Annotated[Optional[int], typer.Option(help="CPUs for the local Ray cluster.")] = None,
+) -> None:
+    """Evaluate a memory system on a benchmark and print the per-category score table."""
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.datasets.fetch import DatasetError
+    from aml_ray.datasets.registry import get_dataset
+    from aml_ray.evaluation import EvaluationConfig, evaluate
+    from aml_ray.ids import new_run_id
+    from aml_ray.pipeline import StageFailed
+
+    run_id = new_run_id()
+    out = out or Path("runs") / run_id
+    if (out / "run.json").exists():
+        _fail(f"--out {out}: a run is already there; choose a new directory")
+    try:
+        answer, judge = model_endpoint_from_env("answer"), model_endpoint_from_env("judge")
+    except ValueError as exc:
+        _fail(str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps) as (label, spec):
+        cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
+                               data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
+                               limit_samples=limit_samples, run_id=run_id, run_label=run_label,
+                               participant_label=label)
+        console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
+        if answer.offline or judge.offline:
+            console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
+                          "answerer and lexical judge (not official models).[/]")
+        with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:
+            tasks: dict[str, int] = {}
+
+            def on_progress(kind: str, values: dict[str, int]) -> None:
+                if kind == "totals":
+                    for stage in STAGES:
+                        tasks[stage] = progress.add_task(stage, total=values.get(stage, 0))
+                else:
+                    for stage, done in values.items():
+                        if stage in tasks:
+                            progress.update(tasks[stage], completed=done)
+
+            try:
+                result = evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus)
+            except StageFailed as exc:
+                progress.stop()
+                _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in {out}")
+            except (DatasetError, FileExistsError, ValueError) as exc:
+                progress.stop()
+                _fail(str(exc))
+    info = result.run_info
+    ds = info["dataset"]
+    console.print(render_table(result.table, offline=info["offline_models"],
+                               title=f"{dataset}: {label} (top_k={top_k}, run {run_id})",
+                               category_names=get_dataset(dataset).category_names))
+    console.print(f"samples {ds['samples']}, chunks {ds['chunks']}, messages {ds['messages']}, questions "
+                  f"{ds['questions']} ({ds['scorable_questions']} scorable, {ds['excluded_questions']} excluded"
+                  f" and reported, never scored)")
+    a, s = info["adds"], info["search"]
+    console.print(f"Add latency p50 {a['latency_ms']['p50']:.1f} ms / p95 {a['latency_ms']['p95']:.1f} ms "
+                  f"({a['ok']} ok, {a['failed']} failed, {a['retried']} retried); Search latency p50 "
+                  f"{s['latency_ms']['p50']:.1f} ms / p95 {s['latency_ms']['p95']:.1f} ms; wall {info['wall_s']:.1f} s")
+    console.print(f"evidence: {out}/evidence ({info['evidence']['add_rows']} Add rows, "
+                  f"{info['evidence']['question_rows']} question rows); run.json and results.json in {out}")
+
+
+@app.command()
+def reference(
+    db: Annotated[Path, typer.Option(help="SQLite file for the memories.")] = Path("reference.sqlite3"),
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one).")] = 8000,
+    auth: Annotated[str, typer.Option(help="none | Token | Bearer | X-Api-Key")] = "none",
+    secret_env: Annotated[Optional[str], typer.Option(help="Environment variable holding the secret.")] = None,
+) -> None:
+    """Serve the reference BM25 memory system (POST /add, POST /search, GET /health)."""
+    from aml_ray.reference.server import main
+
+    argv = ["--db", str(db), "--host", host, "--port", str(port), "--auth", auth]
+    if secret_env:
+        argv += ["--secret-env", secret_env]
+    sys.exit(main(argv))
+
+
+if __name__ == "__main__":
+    app()

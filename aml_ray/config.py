@@ -1,0 +1,86 @@
+"""Settings read from the environment (one place for every knob an operator sets).
+
+Environment variables:
+
+- ``AML_DATA_DIR``: state of the service and default run output (default ``~/.aml-ray``).
+- ``AML_CACHE_DIR``: downloaded dataset files (default ``$AML_DATA_DIR/cache``).
+- ``ANSWER_API_BASE``, ``ANSWER_API_KEY``, ``ANSWER_MODEL``: the answer model's OpenAI-compatible endpoint.
+- ``JUDGE_API_BASE``, ``JUDGE_API_KEY``, ``JUDGE_MODEL``: the judge model's endpoint.
+
+With no ``*_API_BASE`` set, the embedded offline answerer / lexical judge are used and labelled as
+offline in every output.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import SecretStr
+
+
+def data_dir() -> Path:
+    """The platform's data directory (``AML_DATA_DIR`` or ``~/.aml-ray``)."""
+    return Path(os.environ.get("AML_DATA_DIR") or Path.home() / ".aml-ray").expanduser()
+
+
+def cache_dir() -> Path:
+    """Where downloaded dataset files are cached (``AML_CACHE_DIR`` or ``<data dir>/cache``)."""
+    return Path(os.environ.get("AML_CACHE_DIR") or data_dir() / "cache").expanduser()
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    """An OpenAI-compatible model endpoint.
+
+    Attributes:
+        role: ``"answer"`` or ``"judge"``.
+        base_url: e.g. ``https://api.openai.com/v1``; None selects the offline implementation.
+        model: model name sent in requests.
+        api_key: the secret; excluded from repr, logs and evidence.
+        max_in_flight: concurrent requests to this endpoint.
+        timeout_s: per-request timeout in seconds (answer 180 s, judge 360 s by default).
+    """
+
+    role: str
+    base_url: str | None
+    model: str
+    api_key: SecretStr | None = None
+    max_in_flight: int = 32
+    timeout_s: float = 180.0
+
+    @property
+    def offline(self) -> bool:
+        return self.base_url is None
+
+    def describe(self) -> dict[str, object]:
+        """A secret-free description for run.json and the console."""
+        return {"role": self.role, "base_url": self.base_url, "model": self.model,
+                "offline": self.offline, "timeout_s": self.timeout_s}
+
+
+OFFLINE_ANSWER_MODEL = "offline-extractive-answerer (not an official model)"
+OFFLINE_JUDGE_MODEL = "offline-lexical-judge (not an official model)"
+
+
+def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> ModelEndpoint:
+    """Build the answer or judge endpoint from ``<ROLE>_API_BASE`` / ``_API_KEY`` / ``_MODEL``.
+
+    Raises:
+        ValueError: if ``<ROLE>_API_BASE`` is set but ``<ROLE>_MODEL`` is not.
+    """
+    env = os.environ if env is None else env
+    prefix = role.upper()
+    base = env.get(f"{prefix}_API_BASE") or None
+    timeout = 180.0 if role == "answer" else 360.0
+    if base is None:
+        name = OFFLINE_ANSWER_MODEL if role == "answer" else OFFLINE_JUDGE_MODEL
+        return ModelEndpoint(role=role, base_url=None, model=name, timeout_s=timeout)
+    model = env.get(f"{prefix}_MODEL")
+    if not model:
+        raise ValueError(f"{prefix}_API_BASE is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
+                         "model name the endpoint serves")
+    key = env.get(f"{prefix}_API_KEY")
+    return ModelEndpoint(role=role, base_url=base, model=model,
+                         api_key=SecretStr(key) if key else None, timeout_s=timeout)

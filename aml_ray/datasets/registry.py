@@ -1,0 +1,63 @@
+"""Which benchmarks exist and how each is loaded, prompted and scored: one declaration per dataset.
+
+The pipeline looks a dataset up by name here; it never branches on dataset names itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aml_ray.datasets import locomo
+from aml_ray.datasets.base import Sample
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A benchmark's declaration.
+
+    Attributes:
+        name: the dataset name used in ids and tables (``"locomo"``).
+        resolve: ``(data_path | None, cache_dir, allow_hash_mismatch) -> Path`` of a verified file.
+        load: ``Path -> list[Sample]``.
+        answer_prompt / judge_prompt: shipped prompt names.
+        f1_rule: lexical F1 definition: ``"locomo"`` (official per-category rules) or ``"token"``.
+        track: the leaderboard track (``"textual"``).
+        category_names: display names of the question categories.
+    """
+
+    name: str
+    resolve: Callable[[Path | None, Path, bool], Path]
+    load: Callable[[Path], list[Sample]]
+    answer_prompt: str
+    judge_prompt: str
+    f1_rule: str = "token"
+    track: str = "textual"
+    category_names: dict[str, str] = field(default_factory=dict)
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "locomo": DatasetSpec(
+        name="locomo",
+        resolve=lambda data, cache, allow: locomo.resolve_locomo_file(data, cache_dir=cache,
+                                                                      allow_hash_mismatch=allow),
+        load=locomo.load_locomo,
+        answer_prompt="locomo_answer",
+        judge_prompt="locomo_judge",
+        f1_rule="locomo",
+        category_names=locomo.CATEGORY_NAMES,
+    ),
+}
+
+
+def get_dataset(name: str) -> DatasetSpec:
+    """The declaration of ``name``.
+
+    Raises:
+        ValueError: unknown name; the message lists the known ones.
+    """
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(DATASETS)}") from None

@@ -1,0 +1,164 @@
+"""Evidence: the audit record of every participant and model call, in Parquet under a run directory.
+
+Layout of a run directory::
+
+    <run_dir>/run.json                           what ran (hashes, counts, models, prompts, versions)
+    <run_dir>/results.json, results.parquet      the aggregated score table
+    <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk
+    <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
+
+Every file is written atomically (temporary file + ``os.replace``), so a killed run never leaves a
+half-written file. No secret is ever part of a row: rows carry ids, hashes, statuses and content only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MEMORY_TYPE = pa.struct([("id", pa.string()), ("content", pa.string()), ("score", pa.float64()),
+                         ("created_at", pa.string())])
+
+#: One row per Add chunk.
+ADD_SCHEMA = pa.schema([
+    ("sample_id", pa.string()), ("chunk_index", pa.int32()), ("request_id", pa.string()),
+    ("user_id", pa.string()), ("session_id", pa.string()), ("n_messages", pa.int32()),
+    ("n_words", pa.int32()), ("request_sha256", pa.string()), ("status", pa.string()),
+    ("http_status", pa.int32()), ("attempts", pa.int32()), ("retried_statuses", pa.list_(pa.int32())),
+    ("latency_ms", pa.float64()), ("elapsed_ms", pa.float64()), ("contract", pa.string()),
+    ("error", pa.string()),
+])
+
+#: One row per question, filled stage by stage (ingest -> search -> answer -> judge).
+QUESTION_SCHEMA = pa.schema([
+    # from the dataset (platform side; the gold never goes to a participant)
+    ("sample_id", pa.string()), ("question_id", pa.string()), ("ref", pa.string()),
+    ("user_id", pa.string()), ("question", pa.string()), ("options", pa.list_(pa.string())),
+    ("gold", pa.string()), ("category", pa.string()), ("speakers", pa.list_(pa.string())), ("excluded", pa.bool_()), ("excluded_reason", pa.string()),
+    # search
+    ("search_status", pa.string()), ("search_http_status", pa.int32()), ("search_attempts", pa.int32()),
+    ("search_retried_statuses", pa.list_(pa.int32())), ("search_latency_ms", pa.float64()),
+    ("search_request_sha256", pa.string()), ("contract", pa.string()), ("search_error", pa.string()),
+    ("memories", pa.list_(MEMORY_TYPE)), ("n_memories", pa.int32()),
+    # answer
+    ("answer", pa.string()), ("answer_status", pa.string()), ("answer_error", pa.string()),
+    ("answer_latency_ms", pa.float64()), ("answer_attempts", pa.int32()),
+    ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()),
+    # judge and lexical metrics
+    ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
+    ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("f1", pa.float64()),
+    ("bleu1", pa.float64()), ("status", pa.string()),
+])
+
+
+def empty_question_row() -> dict[str, Any]:
+    """A question row with every column present (None where not yet filled)."""
+    return {name: None for name in QUESTION_SCHEMA.names}
+
+
+def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts) -> a table of exactly ``schema`` (missing keys are null; extra keys are an error).
+
+    Raises:
+        ValueError: a row holds a key the schema does not declare (catches typos early).
+    """
+    names = set(schema.names)
+    for row in rows:
+        extra = set(row) - names
+        if extra:
+            raise ValueError(f"evidence row has undeclared columns {sorted(extra)}")
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(obj: Any, path: Path) -> None:
+    """Write JSON (UTF-8, indented, sorted keys) atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """Paths of one run directory (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.adds = self.root / "evidence" / "adds"
+        self.questions = self.root / "evidence" / "questions"
+        self.run_json = self.root / "run.json"
+        self.results_json = self.root / "results.json"
+        self.results_parquet = self.root / "results.parquet"
+
+    def add_file(self, sample_id: str) -> Path:
+        return self.adds / f"{sample_id}.parquet"
+
+
+class QuestionWriter:
+    """Appends question rows to numbered part files (``part-00000.parquet`` ...), each written atomically.
+
+    Args:
+        run_dir: the run directory.
+    """
+
+    def __init__(self, run_dir: RunDir):
+        self.dir = run_dir.questions
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._next = len(list(self.dir.glob("part-*.parquet")))
+        self.rows_written = 0
+
+    def write(self, table: pa.Table) -> None:
+        """Write one part file; empty tables are skipped."""
+        if table.num_rows == 0:
+            return
+        write_parquet_atomic(table.cast(QUESTION_SCHEMA), self.dir / f"part-{self._next:05d}.parquet")
+        self._next += 1
+        self.rows_written += table.num_rows
+
+
+class EvidenceError(Exception):
+    """An evidence file is missing or damaged (never silently ignored)."""
+
+
+def _read_dir(folder: Path, schema: pa.Schema) -> pl.DataFrame:
+    files = sorted(folder.glob("*.parquet"))
+    if not files:
+        return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
+    tables = []
+    for f in files:
+        try:
+            tables.append(pq.read_table(f).cast(schema))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise EvidenceError(f"evidence file {f} is damaged ({exc}); restore it or start a new run "
+                                "directory, nothing was changed") from exc
+    return pl.from_arrow(pa.concat_tables(tables))  # type: ignore[return-value]
+
+
+def read_adds(run_dir: RunDir) -> pl.DataFrame:
+    """All Add evidence rows of a run (schema :data:`ADD_SCHEMA`)."""
+    return _read_dir(run_dir.adds, ADD_SCHEMA)
+
+
+def read_questions(run_dir: RunDir) -> pl.DataFrame:
+    """All question evidence rows of a run (schema :data:`QUESTION_SCHEMA`)."""
+    return _read_dir(run_dir.questions, QUESTION_SCHEMA)

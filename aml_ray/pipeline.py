@@ -1,0 +1,231 @@
+"""The evaluation job on Ray Data: samples -> Ingest -> Search -> Answer -> Judge -> evidence -> scores.
+
+Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_id); its chunks are
+added in order while samples run in parallel; a sample's questions enter Search as soon as that
+sample's Adds are done (no global barrier); Ray Data streams them through Search, Answer and Judge with
+backpressure between operators. Every stage is an actor pool of size 1 with a fractional CPU
+(``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
+one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from aml_ray.actors.model import spawn_model_client
+from aml_ray.actors.participant import ParticipantError, ParticipantSpec, spawn_participant_client
+from aml_ray.config import ModelEndpoint
+from aml_ray.contract import AddRequest, ContractError
+from aml_ray.datasets.base import Sample
+from aml_ray.datasets.chunking import chunk_sample, count_words
+from aml_ray.evidence import QUESTION_SCHEMA, QuestionWriter, RunDir, empty_question_row, read_questions, to_table
+from aml_ray.ids import IdScheme
+from aml_ray.progress import ProgressTracker
+from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
+
+
+@dataclass
+class PipelineOptions:
+    """Throughput knobs (defaults sized for one participant on a small machine).
+
+    Attributes:
+        ingest_parallelism: samples ingested at once (each sample's Adds stay sequential).
+        search_batch_size: questions per Search actor call.
+        batches_in_flight: batches each stage works on at once.
+        model_batch_size: questions per answer/judge actor call.
+    """
+
+    ingest_parallelism: int = 8
+    search_batch_size: int = 32
+    batches_in_flight: int = 8
+    model_batch_size: int = 32
+
+
+@dataclass
+class PipelineInputs:
+    """What the Ray job consumes, built from the adapter's samples.
+
+    Attributes:
+        sample_rows: one row per sample: ``sample_id``, ``adds_json``, ``add_meta_json``, ``questions_json``.
+        excluded_rows: question rows that are not scored (e.g. LoCoMo category 5), never searched.
+        n_chunks / n_messages / n_questions / n_scorable: counts for run.json and progress totals.
+    """
+
+    sample_rows: list[dict[str, Any]]
+    excluded_rows: list[dict[str, Any]]
+    n_chunks: int = 0
+    n_messages: int = 0
+    n_questions: int = 0
+    n_scorable: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+
+
+def build_inputs(samples: list[Sample], ids: IdScheme) -> PipelineInputs:
+    """Chunk every sample, build its Add requests (ids per DESIGN.md) and its question rows."""
+    inputs = PipelineInputs(sample_rows=[], excluded_rows=[])
+    for sample in samples:
+        user_id = ids.user_id(sample.sample_id)
+        adds, meta = [], []
+        for chunk in chunk_sample(sample):
+            request = AddRequest(request_id=ids.request_id(sample.sample_id, chunk.index),
+                                 messages=list(chunk.messages), user_id=user_id,
+                                 session_id=ids.session_id(sample.sample_id, chunk.session_key))
+            adds.append(request.model_dump(exclude_none=True))
+            meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages)})
+            inputs.n_messages += len(chunk.messages)
+        questions = []
+        for q in sample.questions:
+            row = empty_question_row()
+            row.update(sample_id=sample.sample_id, question_id=q.question_id, user_id=user_id,
+                       ref=ids.question_ref(sample.sample_id, q.question_id), question=q.question,
+                       options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
+                       category=q.category, speakers=list(sample.speakers), excluded=q.excluded_reason is not None,
+                       excluded_reason=q.excluded_reason)
+            inputs.by_category[q.category] = inputs.by_category.get(q.category, 0) + 1
+            if q.excluded_reason is not None:
+                row["status"] = "excluded"
+                inputs.excluded_rows.append(row)
+            else:
+                questions.append(row)
+        inputs.n_chunks += len(adds)
+        inputs.n_questions += len(sample.questions)
+        inputs.n_scorable += len(questions)
+        inputs.sample_rows.append({"sample_id": sample.sample_id, "adds_json": json.dumps(adds),
+                                   "add_meta_json": json.dumps(meta), "questions_json": json.dumps(questions)})
+    return inputs
+
+
+class StageFailed(Exception):
+    """The pipeline stopped: a contract error, a non-retryable participant status, or an internal error.
+
+    Attributes:
+        cause: the underlying :class:`ContractError` / :class:`ParticipantError`, when found.
+        summary: one line for the job's error summary (names the field for a contract error).
+    """
+
+    def __init__(self, summary: str, cause: BaseException | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.cause = cause
+
+
+def find_cause(exc: BaseException) -> BaseException | None:
+    """The ContractError or ParticipantError inside a (possibly Ray-wrapped) exception chain, or None."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (ContractError, ParticipantError)):
+            return e
+        stack.extend([e.__cause__, e.__context__, getattr(e, "cause", None)])  # RayTaskError.cause
+    return None
+
+
+def run_pipeline(
+    inputs: PipelineInputs,
+    *,
+    run_dir: RunDir,
+    participant: ParticipantSpec,
+    answer: ModelEndpoint,
+    judge: ModelEndpoint,
+    answer_prompt: str,
+    judge_prompt: str,
+    top_k: int,
+    f1_rule: str = "token",
+    options: PipelineOptions | None = None,
+    on_progress: Callable[[dict[str, int]], None] | None = None,
+) -> pl.DataFrame:
+    """Run the Ray Data job and write question evidence; Ray must be initialised.
+
+    Args:
+        inputs: from :func:`build_inputs`.
+        run_dir: where evidence goes.
+        participant: the participant version under evaluation.
+        answer / judge: model endpoints (offline ones run inside the stage, no actor).
+        answer_prompt / judge_prompt: prompt names or paths.
+        f1_rule: ``"locomo"`` or ``"token"`` (the dataset's lexical F1 definition).
+        top_k: Top K sent with every Search.
+        options: throughput knobs.
+        on_progress: called about twice a second with ``{stage: done}`` counts.
+
+    Returns:
+        All question rows (scored and excluded) as a polars DataFrame.
+
+    Raises:
+        StageFailed: on a contract error or non-retryable participant status (``.cause`` holds it).
+    """
+    import ray
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    opts = options or PipelineOptions()
+    tracker = ray.remote(ProgressTracker).options(num_cpus=0).remote()
+    client = spawn_participant_client(participant)
+    answer_client = None if answer.offline else spawn_model_client(answer)
+    judge_client = None if judge.offline else spawn_model_client(judge)
+
+    def pool(in_flight: int) -> ActorPoolStrategy:
+        return ActorPoolStrategy(size=1, max_tasks_in_flight_per_actor=in_flight)
+
+    common = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
+    n_blocks = max(1, len(inputs.sample_rows))
+    ds = ray.data.from_items(inputs.sample_rows, override_num_blocks=n_blocks)
+    ds = ds.map_batches(IngestStage, batch_size=1, compute=pool(opts.ingest_parallelism),
+                        fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
+                                               "tracker": tracker}, **common)
+    ds = ds.map_batches(SearchStage, batch_size=opts.search_batch_size, compute=pool(opts.batches_in_flight),
+                        fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker},
+                        **common)
+    ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_size, compute=pool(opts.batches_in_flight),
+                        fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
+                                               "prompt": answer_prompt, "tracker": tracker}, **common)
+    ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_size, compute=pool(opts.batches_in_flight),
+                        fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
+                                               "prompt": judge_prompt, "f1_rule": f1_rule,
+                                               "tracker": tracker}, **common)
+
+    writer = QuestionWriter(run_dir)
+    writer.write(to_table(inputs.excluded_rows, QUESTION_SCHEMA))
+    stop = threading.Event()
+    poller = None
+    if on_progress is not None:
+        def poll() -> None:
+            while not stop.wait(0.5):
+                on_progress(ray.get(tracker.snapshot.remote()))
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+    try:
+        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            writer.write(batch)
+    except Exception as exc:  # Ray wraps stage errors; surface the contract/participant cause
+        cause = find_cause(exc)
+        if isinstance(cause, ContractError):
+            raise StageFailed(f"ContractError: field '{cause.field}': {cause.reason}", cause) from None
+        if isinstance(cause, ParticipantError):
+            raise StageFailed(f"ParticipantError: {cause}", cause) from None
+        raise StageFailed(f"pipeline failed: {type(exc).__name__}: {str(exc)[:500]}", exc) from exc
+    finally:
+        stop.set()
+        if poller is not None:
+            poller.join(timeout=2)
+        if on_progress is not None:
+            on_progress(ray.get(tracker.snapshot.remote()))
+        for actor in (client, answer_client, judge_client):
+            if actor is not None:
+                try:
+                    ray.get(actor.aclose.remote(), timeout=10)
+                except Exception:  # noqa: BLE001 - closing is best effort; the actor dies with the job
+                    pass
+                ray.kill(actor)
+        ray.kill(tracker)
+    return read_questions(run_dir)
