@@ -20,9 +20,9 @@ from typing import Any
 import polars as pl
 
 from aml_ray.actors.model import spawn_model_client
-from aml_ray.actors.participant import ParticipantError, ParticipantSpec, spawn_participant_client
+from aml_ray.actors.participant import ParticipantSpec, spawn_participant_client
 from aml_ray.config import ModelEndpoint
-from aml_ray.contract import AddRequest, ContractError
+from aml_ray.contract import AddRequest
 from aml_ray.datasets.base import Sample
 from aml_ray.datasets.chunking import chunk_sample, count_words
 from aml_ray.evidence import QUESTION_SCHEMA, QuestionWriter, RunDir, empty_question_row, read_questions, to_table
@@ -106,29 +106,15 @@ class StageFailed(Exception):
     """The pipeline stopped: a contract error, a non-retryable participant status, or an internal error.
 
     Attributes:
-        cause: the underlying :class:`ContractError` / :class:`ParticipantError`, when found.
         summary: one line for the job's error summary (names the field for a contract error).
+        failure: the structured cause when it was a participant's fault:
+            ``{"kind": "ContractError"|"ParticipantError", "summary", "field"|"status", "request_id"}``.
     """
 
-    def __init__(self, summary: str, cause: BaseException | None = None):
+    def __init__(self, summary: str, failure: dict | None = None):
         super().__init__(summary)
         self.summary = summary
-        self.cause = cause
-
-
-def find_cause(exc: BaseException) -> BaseException | None:
-    """The ContractError or ParticipantError inside a (possibly Ray-wrapped) exception chain, or None."""
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, (ContractError, ParticipantError)):
-            return e
-        stack.extend([e.__cause__, e.__context__, getattr(e, "cause", None)])  # RayTaskError.cause
-    return None
+        self.failure = failure
 
 
 def run_pipeline(
@@ -207,13 +193,11 @@ def run_pipeline(
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             writer.write(batch)
-    except Exception as exc:  # Ray wraps stage errors; surface the contract/participant cause
-        cause = find_cause(exc)
-        if isinstance(cause, ContractError):
-            raise StageFailed(f"ContractError: field '{cause.field}': {cause.reason}", cause) from None
-        if isinstance(cause, ParticipantError):
-            raise StageFailed(f"ParticipantError: {cause}", cause) from None
-        raise StageFailed(f"pipeline failed: {type(exc).__name__}: {str(exc)[:500]}", exc) from exc
+    except Exception as exc:  # Ray Data wraps stage errors as text; the tracker kept the structured cause
+        failure = ray.get(tracker.failure.remote())
+        if failure is not None:
+            raise StageFailed(failure["summary"], failure=failure) from None
+        raise StageFailed(f"pipeline failed: {type(exc).__name__}: {str(exc)[:500]}") from exc
     finally:
         stop.set()
         if poller is not None:

@@ -19,7 +19,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from aml_ray.actors.participant import ParticipantError
 from aml_ray.config import ModelEndpoint
+from aml_ray.contract import ContractError
 from aml_ray.evidence import ADD_SCHEMA, QUESTION_SCHEMA, RunDir, to_table, write_parquet_atomic
 from aml_ray.offline import extractive_answer
 from aml_ray.prompts import load_prompt
@@ -29,6 +31,25 @@ from aml_ray.scoring import JudgeParseError, bleu1, lexical_verdict, locomo_f1, 
 def _report(tracker, stage: str, n: int) -> None:
     if tracker is not None and n:
         tracker.incr.remote(stage, n)
+
+
+async def _call_participant(ref, tracker):
+    """Await a ParticipantClient call; a stage-stopping error is recorded on the tracker, then re-raised."""
+    try:
+        return await ref
+    except ContractError as exc:
+        failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
+                   "summary": f"ContractError: field '{exc.field}': {exc.reason}"}
+    except ParticipantError as exc:
+        failure = {"kind": "ParticipantError", "status": exc.status, "request_id": exc.request_id,
+                   "summary": f"ParticipantError: {exc}"}
+    if tracker is not None:
+        await tracker.record_failure.remote(failure)
+    raise StageStopped(failure["summary"])
+
+
+class StageStopped(RuntimeError):
+    """Raised inside a stage after a contract error or non-retryable status was recorded on the tracker."""
 
 
 class IngestStage:
@@ -55,7 +76,7 @@ class IngestStage:
         for row in batch.to_pylist():
             adds = json.loads(row["adds_json"])
             meta = json.loads(row["add_meta_json"])
-            outcomes = await self.participant.add_sample.remote(adds)
+            outcomes = await _call_participant(self.participant.add_sample.remote(adds), self.tracker)
             evidence = [{
                 "sample_id": row["sample_id"], "chunk_index": m["chunk_index"], "n_words": m["n_words"],
                 "request_id": a["request_id"], "user_id": a["user_id"], "session_id": a["session_id"],
@@ -91,7 +112,7 @@ class SearchStage:
             if r["options"]:
                 request["options"] = r["options"]
             items.append({"ref": r["ref"], "request": request})
-        outcomes = await self.participant.search_batch.remote(items)
+        outcomes = await _call_participant(self.participant.search_batch.remote(items), self.tracker)
         for r, o in zip(rows, outcomes):
             r.update(search_status=o["status"], search_http_status=o["http_status"],
                      search_attempts=o["attempts"], search_retried_statuses=o["retried_statuses"],

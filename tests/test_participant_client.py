@@ -1,0 +1,206 @@
+"""ParticipantClient against a real loopback server that scripts its replies (no Ray needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import SecretStr
+
+from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec
+from aml_ray.contract import AddRequest, ContractError, Message, SearchRequest
+from aml_ray.retry import RetryPolicy, parse_retry_after
+from tests.servers import ThreadServer
+
+FAST_RETRY = RetryPolicy(max_attempts=4, backoff_base_s=0.01, backoff_max_s=0.05)
+
+
+class Script:
+    """Replies to POST /add and /search from a queue of (status, headers) and records what arrived."""
+
+    def __init__(self) -> None:
+        self.replies: deque[tuple[int, dict[str, str]]] = deque()
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay_s = 0.0
+        self.app = FastAPI()
+
+        async def handle(request: Request, kind: str):
+            raw = await request.body()
+            self.bodies.append(raw)
+            self.headers.append(dict(request.headers))
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                if self.delay_s:
+                    await asyncio.sleep(self.delay_s)
+            finally:
+                self.in_flight -= 1
+            status, headers = self.replies.popleft() if self.replies else (200, {})
+            body = await request.json()
+            if status != 200:
+                return JSONResponse({"detail": {"reason": f"scripted {status}"}}, status_code=status,
+                                    headers=headers)
+            if kind == "add":
+                return {"success": True, "request_id": body["request_id"], "user_id": body["user_id"],
+                        "session_id": body["session_id"]}
+            return {"data": [{"id": "m1", "content": f"echo {body['query']}", "score": 1.0}]}
+
+        @self.app.post("/add")
+        async def add(request: Request):
+            return await handle(request, "add")
+
+        @self.app.post("/search")
+        async def search(request: Request):
+            return await handle(request, "search")
+
+
+@pytest.fixture
+def scripted():
+    script = Script()
+    with ThreadServer(script.app) as server:
+        yield script, server
+
+
+def spec_for(server, **kw) -> ParticipantSpec:
+    kw.setdefault("retry", FAST_RETRY)
+    return ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search", **kw)
+
+
+def add_req(n: int = 0) -> AddRequest:
+    return AddRequest(request_id=f"eval:r:locomo:conv-1:chunk-{n}", user_id="eval:r:locomo:conv-1",
+                      session_id="eval:r:locomo:conv-1:session_1",
+                      messages=[Message(role="user", content=f"Caroline: fact {n} é", timestamp=1683554160000)])
+
+
+async def test_add_retry_honours_retry_after_and_resends_same_request(scripted):
+    script, server = scripted
+    script.replies.extend([(429, {"Retry-After": "1"}), (200, {})])
+    client = ParticipantClient(spec_for(server))
+    t0 = time.perf_counter()
+    out = await client.add(add_req())
+    waited = time.perf_counter() - t0
+    await client.aclose()
+    assert out["status"] == "ok" and out["http_status"] == 200
+    assert out["attempts"] == 2 and out["retried_statuses"] == [429]
+    assert len(script.bodies) == 2 and script.bodies[0] == script.bodies[1]  # same request_id, same bytes
+    assert b'"request_id":"eval:r:locomo:conv-1:chunk-0"' in script.bodies[1]
+    assert waited >= 0.95, f"Retry-After: 1 was not honoured (waited {waited:.2f} s)"
+
+
+async def test_add_400_is_not_retried(scripted):
+    script, server = scripted
+    script.replies.extend([(400, {}), (200, {})])
+    client = ParticipantClient(spec_for(server))
+    with pytest.raises(ParticipantError) as info:
+        await client.add(add_req())
+    await client.aclose()
+    assert info.value.status == 400 and info.value.stage == "add"
+    assert len(script.bodies) == 1
+
+
+async def test_search_409_is_not_retried_but_add_409_is(scripted):
+    script, server = scripted
+    client = ParticipantClient(spec_for(server))
+    script.replies.extend([(409, {}), (200, {})])
+    out = await client.add(add_req())
+    assert out["attempts"] == 2 and out["status"] == "ok"
+    script.replies.extend([(409, {})])
+    with pytest.raises(ParticipantError) as info:
+        await client.search(SearchRequest(query="q", user_id="u", top_k=5), "ref-1")
+    await client.aclose()
+    assert info.value.status == 409 and len(script.bodies) == 3
+
+
+async def test_transient_errors_exhaust_into_an_error_outcome(scripted):
+    script, server = scripted
+    script.replies.extend([(503, {})] * 4)
+    client = ParticipantClient(spec_for(server))
+    out = await client.search(SearchRequest(query="q", user_id="u", top_k=5), "ref-1")
+    await client.aclose()
+    assert out["status"] == "error" and out["attempts"] == 4
+    assert out["retried_statuses"] == [503, 503, 503, 503]
+    assert "gave up after 4 attempts: HTTP 503" == out["error"]
+    assert out["memories"] == []
+
+
+async def test_timeout_is_transient_and_retried(scripted):
+    script, server = scripted
+    script.delay_s = 0.5
+    client = ParticipantClient(spec_for(server, timeout_s=0.1, retry=RetryPolicy(max_attempts=2, backoff_base_s=0.01)))
+    out = await client.add(add_req())
+    await client.aclose()
+    assert out["status"] == "error" and out["attempts"] == 2 and out["retried_statuses"] == [0, 0]
+    assert "Timeout" in out["error"]
+
+
+async def test_auth_header_sent_and_secret_never_in_errors(scripted):
+    script, server = scripted
+    secret = "s3cr3t-memory-key"
+    script.replies.extend([(403, {})])
+    client = ParticipantClient(spec_for(server, auth="Bearer", secret=SecretStr(secret)))
+    with pytest.raises(ParticipantError) as info:
+        await client.add(add_req())
+    await client.aclose()
+    assert script.headers[0]["authorization"] == f"Bearer {secret}"
+    assert secret not in str(info.value) and secret not in repr(client.spec)
+
+
+async def test_x_api_key_and_token_schemes():
+    assert ParticipantSpec(add_url="http://h/a", search_url="http://h/s", auth="X-Api-Key",
+                           secret=SecretStr("k")).auth_headers() == {"X-Api-Key": "k"}
+    assert ParticipantSpec(add_url="http://h/a", search_url="http://h/s", auth="Token",
+                           secret=SecretStr("k")).auth_headers() == {"Authorization": "Token k"}
+    with pytest.raises(ValueError, match="needs a secret"):
+        ParticipantSpec(add_url="http://h/a", search_url="http://h/s", auth="Bearer")
+
+
+async def test_contract_error_on_wrong_echo_is_raised_not_retried():
+    app = FastAPI()
+    calls = []
+
+    @app.post("/add")
+    async def add(request: Request):
+        body = await request.json()
+        calls.append(body["request_id"])
+        return {"success": True, "request_id": body["request_id"] + "x", "user_id": body["user_id"],
+                "session_id": body["session_id"]}
+
+    with ThreadServer(app) as server:
+        client = ParticipantClient(spec_for(server))
+        with pytest.raises(ContractError) as info:
+            await client.add(add_req())
+        await client.aclose()
+    assert info.value.field == "request_id" and len(calls) == 1
+
+
+async def test_max_in_flight_and_rate_limit_hold(scripted):
+    script, server = scripted
+    script.delay_s = 0.05
+    client = ParticipantClient(spec_for(server, max_in_flight=4))
+    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(24)]
+    outs = await client.search_many(reqs)
+    assert [o["memories"][0]["content"] for o in outs] == [f"echo q{i}" for i in range(24)]  # input order
+    assert script.max_in_flight == 4
+    await client.aclose()
+
+    limited = ParticipantClient(spec_for(server, requests_per_s=20))
+    script.delay_s = 0.0
+    t0 = time.perf_counter()
+    await limited.search_many(reqs)
+    elapsed = time.perf_counter() - t0
+    await limited.aclose()
+    assert elapsed >= 0.9, f"24 requests at 20/s took {elapsed:.2f} s"
+
+
+def test_parse_retry_after():
+    assert parse_retry_after("3") == 3.0
+    assert parse_retry_after(None) is None and parse_retry_after("soon") is None
+    assert parse_retry_after("-1") is None
+    assert abs(parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) - 10.0) < 1e-6

@@ -1,0 +1,131 @@
+"""End to end through Ray: the real LoCoMo file, the reference memory system over loopback HTTP, the
+offline answerer and judge; evidence read back from Parquet."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from fastapi import FastAPI, Request
+from typer.testing import CliRunner
+
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.config import model_endpoint_from_env
+from aml_ray.evaluation import EvaluationConfig, evaluate
+from aml_ray.evidence import RunDir, read_adds, read_questions
+from aml_ray.pipeline import StageFailed
+from aml_ray.reference.server import ReferenceServer
+from tests.servers import ThreadServer
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+
+
+def config(tmp_path, spec, locomo_file, **kw) -> EvaluationConfig:
+    return EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp_path / "run", data_path=locomo_file,
+                            **OFFLINE, **kw)
+
+
+@pytest.fixture(scope="module")
+def two_sample_run(tmp_path_factory, locomo_file):
+    tmp = tmp_path_factory.mktemp("e2e")
+    with ReferenceServer(tmp / "ref") as ref:
+        spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        result = evaluate(config(tmp, spec, locomo_file, limit_samples=2, run_label="e2e"))
+    return result
+
+
+def test_two_conversations_evidence_counts(two_sample_run):
+    result = two_sample_run
+    info = json.loads(result.run_dir.run_json.read_text())
+    adds = read_adds(result.run_dir)
+    questions = read_questions(result.run_dir)
+    # conv-26 (19 sessions with turns, 419 turns) and conv-30: counts from the file itself
+    assert info["status"] == "completed"
+    assert info["dataset"]["samples"] == 2
+    assert adds.height == info["dataset"]["chunks"] == 55
+    assert adds["status"].to_list() == ["ok"] * 55
+    assert adds["request_id"].n_unique() == 55
+    assert questions.height == info["dataset"]["questions"] == 304
+    assert questions.filter(pl.col("excluded")).height == info["dataset"]["excluded_questions"] == 71
+    scored = questions.filter(~pl.col("excluded"))
+    assert scored["status"].to_list() == ["scored"] * 233
+    assert scored["search_status"].unique().to_list() == ["ok"]
+    assert scored["verdict"].is_in(["CORRECT", "WRONG"]).all()
+    assert scored["f1"].is_between(0, 1).all() and scored["bleu1"].is_between(0, 1).all()
+    # excluded questions are never sent to Search
+    assert questions.filter(pl.col("excluded"))["search_status"].null_count() == 71
+
+
+def test_run_json_is_complete(two_sample_run):
+    info = two_sample_run.run_info
+    for key in ("run_id", "dataset", "participant", "models", "prompts", "top_k", "package_version",
+                "git_commit", "pipeline_code_sha256", "adds", "search", "evidence", "wall_s"):
+        assert info[key] is not None, key
+    assert info["dataset"]["sha256"] == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
+    assert set(info["prompts"]) == {"locomo_answer", "locomo_judge"}
+    assert all(len(p["sha256"]) == 64 for p in info["prompts"].values())
+    assert info["offline_models"] is True
+    assert "offline" in info["models"]["answer"]["model"] and info["top_k"] == 100
+    assert info["dataset"]["questions_by_category"] == {"1": 43, "2": 63, "3": 13, "4": 114, "5": 71}
+
+
+def test_search_results_never_cross_user_ids(two_sample_run):
+    questions = read_questions(two_sample_run.run_dir).filter(~pl.col("excluded"))
+    rows = questions.select("user_id", "memories").to_dicts()
+    assert sum(len(r["memories"]) for r in rows) > 1000
+    for r in rows:
+        # the reference system's memory ids are "<request_id>#<position>"; request ids embed the user_id
+        assert all(m["id"].startswith(r["user_id"] + ":chunk-") for m in r["memories"])
+
+
+def test_score_table_per_category(two_sample_run):
+    table = two_sample_run.table
+    assert table["category"].to_list() == ["1", "2", "3", "4", "5", "overall"]
+    overall = table.filter(pl.col("category") == "overall").to_dicts()[0]
+    assert overall["n_total"] == 233 and overall["n_excluded"] == 71 and overall["coverage"] == 1.0
+    questions = two_sample_run.questions.filter(~pl.col("excluded"))
+    assert overall["accuracy"] == pytest.approx((questions["verdict"] == "CORRECT").sum() / 233)
+
+
+def _misbehaving_app(kind: str) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/add")
+    async def add(request: Request):
+        b = await request.json()
+        rid = b["request_id"] + ("-x" if kind == "wrong_echo" else "")
+        return {"success": True, "request_id": rid, "user_id": b["user_id"], "session_id": b["session_id"]}
+
+    @app.post("/search")
+    async def search(request: Request):
+        b = await request.json()
+        return {"data": [{"id": f"m{i}", "content": "x"} for i in range(b["top_k"] + 1)]}
+
+    return app
+
+
+@pytest.mark.parametrize("kind,field", [("too_many", "data"), ("wrong_echo", "request_id")])
+def test_contract_violation_stops_the_run_naming_the_field(tmp_path, locomo_file, kind, field):
+    with ThreadServer(_misbehaving_app(kind)) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        with pytest.raises(StageFailed) as info:
+            evaluate(config(tmp_path, spec, locomo_file, limit_samples=1))
+    assert info.value.failure["kind"] == "ContractError" and info.value.failure["field"] == field
+    assert f"field '{field}'" in info.value.summary
+    run = json.loads(RunDir(tmp_path / "run").run_json.read_text())
+    assert run["status"] == "failed" and f"field '{field}'" in run["error"]
+
+
+def test_cli_run_prints_table(tmp_path, locomo_file):
+    from aml_ray.cli import app
+
+    out = tmp_path / "cli-run"
+    res = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "1 multi-hop" in res.output and "overall" in res.output
+    assert "OFFLINE" in res.output and "excluded" in res.output
+    assert (out / "results.json").is_file()
+    again = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out)])
+    assert again.exit_code == 2 and "already there" in again.output
