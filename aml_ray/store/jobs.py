@@ -1,0 +1,146 @@
+"""Jobs, their stage progress, and the rules for accepting one (quotas, run labels, checklist)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from aml_ray.store.errors import Conflict, NotFound
+from aml_ray.store.models import Job, JobStage, QuotaUsage, Version, utcnow
+from aml_ray.store.quotas import check_quota
+
+#: Pipeline stages reported on a job, in order.
+STAGES = ("add", "search", "answer", "judge")
+ACTIVE = ("queued", "running")
+
+
+def create_job(session: Session, *, key_id: str, version: Version, mode: str, run_label: str,
+               edition: str, checklist: dict[str, bool] | None = None, now: datetime | None = None) -> Job:
+    """Accept a job: check the run label, active jobs, smoke-before-full and the quota, then charge it.
+
+    Args:
+        session: an open session.
+        key_id: the caller's key id (``version`` must be bound to it).
+        version: the version to evaluate.
+        mode: ``smoke`` | ``full``.
+        run_label: unique per key.
+        edition: the quota edition.
+        checklist: the full-mode checklist (already validated all true by the API).
+        now: the current time (default now, UTC).
+
+    Returns:
+        The queued job.
+
+    Raises:
+        Conflict: duplicate run label, an active job for this version, or full before a passed smoke.
+        QuotaExceeded: the quota for ``mode`` has not reset.
+    """
+    now = now or utcnow()
+    if session.scalar(select(Job.id).where(Job.key_id == key_id, Job.run_label == run_label)):
+        raise Conflict(f"run label {run_label!r} is already used by this key; choose a new one")
+    active = session.scalar(select(Job.id).where(Job.version_id == version.id, Job.status.in_(ACTIVE)))
+    if active:
+        raise Conflict(f"version {version.id} already has an active job ({active}); wait for it to finish")
+    if mode == "full":
+        passed = session.scalar(select(Job.id).where(Job.version_id == version.id, Job.mode == "smoke",
+                                                     Job.status == "completed"))
+        if not passed:
+            raise Conflict("full needs a passed smoke: run a smoke job for this version first")
+    check_quota(session, key_id=key_id, track=version.track, mode=mode, edition=edition, now=now)
+    job = Job(key_id=key_id, version_id=version.id, mode=mode, track=version.track, run_label=run_label,
+              checklist=checklist, created_at=now)
+    job.stages = [JobStage(stage=s, position=i, updated_at=now) for i, s in enumerate(STAGES)]
+    session.add(job)
+    session.flush()
+    session.add(QuotaUsage(key_id=key_id, track=version.track, mode=mode, edition=edition, job_id=job.id,
+                           charged_at=now))
+    session.flush()
+    return job
+
+
+def get_job(session: Session, job_id: str) -> Job:
+    """A job by id (worker and admin use).
+
+    Raises:
+        NotFound: no such job.
+    """
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    return job
+
+
+def get_job_for_key(session: Session, job_id: str, key_id: str) -> Job:
+    """A job visible to ``key_id``.
+
+    Raises:
+        NotFound: unknown, or bound to another key (indistinguishable on purpose).
+    """
+    job = session.get(Job, job_id)
+    if job is None or job.key_id != key_id:
+        raise NotFound(f"job {job_id} not found for this key")
+    return job
+
+
+def jobs_for_key(session: Session, key_id: str) -> list[Job]:
+    """A key's jobs, newest first."""
+    return list(session.scalars(select(Job).where(Job.key_id == key_id).order_by(Job.created_at.desc())))
+
+
+def queued_job_ids(session: Session) -> list[str]:
+    """Ids of queued jobs, oldest first (the worker picks these up after a restart)."""
+    return list(session.scalars(select(Job.id).where(Job.status == "queued").order_by(Job.created_at)))
+
+
+def fail_interrupted(session: Session) -> int:
+    """Mark jobs left ``running`` by a stopped service as failed.
+
+    Returns:
+        How many jobs were marked.
+    """
+    n = 0
+    for job in session.scalars(select(Job).where(Job.status == "running")):
+        mark_failed(job, "interrupted: the service stopped while the job ran; start a new job")
+        n += 1
+    return n
+
+
+def mark_running(job: Job, run_dir: str) -> None:
+    """Record that the worker started ``job`` in ``run_dir``."""
+    job.status, job.stage, job.started_at, job.run_dir = "running", "starting", utcnow(), run_dir
+
+
+def record_progress(job: Job, kind: str, values: dict[str, int]) -> None:
+    """Apply a progress callback of :func:`aml_ray.evaluation.evaluate` to the job's stages.
+
+    Args:
+        job: the job (with its stages loaded).
+        kind: ``"totals"`` or ``"done"``.
+        values: counts per stage.
+    """
+    now = utcnow()
+    for row in job.stages:
+        if row.stage in values:
+            if kind == "totals":
+                row.total = int(values[row.stage])
+            else:
+                row.done = int(values[row.stage])
+            row.updated_at = now
+    unfinished = [r.stage for r in job.stages if r.total == 0 or r.done < r.total]
+    job.stage = unfinished[0] if unfinished else "aggregate"
+
+
+def mark_completed(session: Session, job: Job) -> None:
+    """Finish ``job`` and stamp its quota row's completion time (the full-run unlock clock)."""
+    now = utcnow()
+    job.status, job.stage, job.finished_at = "completed", "completed", now
+    usage = session.scalar(select(QuotaUsage).where(QuotaUsage.job_id == job.id))
+    if usage is not None:
+        usage.completed_at = now
+
+
+def mark_failed(job: Job, summary: str) -> None:
+    """Fail ``job`` with a secret-free error summary."""
+    job.status, job.finished_at, job.error_summary = "failed", utcnow(), summary[:2000]
