@@ -41,6 +41,9 @@ class ModelEndpoint:
         api_key: the secret; excluded from repr, logs and evidence.
         max_in_flight: concurrent requests to this endpoint.
         timeout_s: per-request timeout in seconds (answer 180 s, judge 360 s by default).
+        rpm: requests per minute limit, or None.
+        tpm: tokens per minute limit (prompt estimate + max_tokens), or None.
+        cache_path: SQLite reply cache (see :mod:`aml_ray.answer_cache`), or None for no cache.
     """
 
     role: str
@@ -49,6 +52,9 @@ class ModelEndpoint:
     api_key: SecretStr | None = None
     max_in_flight: int = 32
     timeout_s: float = 180.0
+    rpm: float | None = None
+    tpm: float | None = None
+    cache_path: str | None = None
 
     @property
     def offline(self) -> bool:
@@ -56,24 +62,43 @@ class ModelEndpoint:
 
     def describe(self) -> dict[str, object]:
         """A secret-free description for run.json and the console."""
-        return {"role": self.role, "base_url": self.base_url, "model": self.model,
-                "offline": self.offline, "timeout_s": self.timeout_s}
+        return {"role": self.role, "base_url": self.base_url, "model": self.model, "offline": self.offline,
+                "timeout_s": self.timeout_s, "max_in_flight": self.max_in_flight, "rpm": self.rpm,
+                "tpm": self.tpm, "temperature": 0}
 
 
 OFFLINE_ANSWER_MODEL = "offline-extractive-answerer (not an official model)"
 OFFLINE_JUDGE_MODEL = "offline-lexical-judge (not an official model)"
 
 
+def _number(env: dict[str, str], name: str, kind=float):
+    raw = env.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} must be a number") from None
+    if value <= 0:
+        raise ValueError(f"{name}={raw!r} must be > 0")
+    return value
+
+
 def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> ModelEndpoint:
-    """Build the answer or judge endpoint from ``<ROLE>_API_BASE`` / ``_API_KEY`` / ``_MODEL``.
+    """Build the answer or judge endpoint from the environment.
+
+    Variables (``<ROLE>`` is ``ANSWER`` or ``JUDGE``): ``<ROLE>_API_BASE``, ``<ROLE>_API_KEY``,
+    ``<ROLE>_MODEL``, and optionally ``<ROLE>_MAX_IN_FLIGHT``, ``<ROLE>_RPM``, ``<ROLE>_TPM``,
+    ``<ROLE>_TIMEOUT_S``. Replies are cached under ``<cache dir>/model-replies.sqlite3`` unless
+    ``AML_MODEL_CACHE=off``.
 
     Raises:
-        ValueError: if ``<ROLE>_API_BASE`` is set but ``<ROLE>_MODEL`` is not.
+        ValueError: ``<ROLE>_API_BASE`` set without ``<ROLE>_MODEL``, or a limit that is not a positive number.
     """
     env = os.environ if env is None else env
     prefix = role.upper()
     base = env.get(f"{prefix}_API_BASE") or None
-    timeout = 180.0 if role == "answer" else 360.0
+    timeout = _number(env, f"{prefix}_TIMEOUT_S") or (180.0 if role == "answer" else 360.0)
     if base is None:
         name = OFFLINE_ANSWER_MODEL if role == "answer" else OFFLINE_JUDGE_MODEL
         return ModelEndpoint(role=role, base_url=None, model=name, timeout_s=timeout)
@@ -82,5 +107,7 @@ def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> Mod
         raise ValueError(f"{prefix}_API_BASE is set but {prefix}_MODEL is not: set {prefix}_MODEL to the "
                          "model name the endpoint serves")
     key = env.get(f"{prefix}_API_KEY")
-    return ModelEndpoint(role=role, base_url=base, model=model,
-                         api_key=SecretStr(key) if key else None, timeout_s=timeout)
+    cache = None if env.get("AML_MODEL_CACHE", "").lower() == "off" else str(cache_dir() / "model-replies.sqlite3")
+    return ModelEndpoint(role=role, base_url=base, model=model, api_key=SecretStr(key) if key else None,
+                         timeout_s=timeout, max_in_flight=_number(env, f"{prefix}_MAX_IN_FLIGHT", int) or 32,
+                         rpm=_number(env, f"{prefix}_RPM"), tpm=_number(env, f"{prefix}_TPM"), cache_path=cache)

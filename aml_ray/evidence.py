@@ -47,13 +47,16 @@ QUESTION_SCHEMA = pa.schema([
     ("search_retried_statuses", pa.list_(pa.int32())), ("search_latency_ms", pa.float64()),
     ("search_request_sha256", pa.string()), ("contract", pa.string()), ("search_error", pa.string()),
     ("memories", pa.list_(MEMORY_TYPE)), ("n_memories", pa.int32()),
+    # answer context (participant order, cut to the token budget)
+    ("context_tokens", pa.int32()), ("memories_in_context", pa.int32()), ("memories_cut", pa.int32()),
     # answer
     ("answer", pa.string()), ("answer_status", pa.string()), ("answer_error", pa.string()),
     ("answer_latency_ms", pa.float64()), ("answer_attempts", pa.int32()),
-    ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()),
+    ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()), ("answer_cached", pa.bool_()),
+    ("cost_usd", pa.float64()),
     # judge and lexical metrics
     ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
-    ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("f1", pa.float64()),
+    ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())), ("f1", pa.float64()),
     ("bleu1", pa.float64()), ("status", pa.string()),
 ])
 

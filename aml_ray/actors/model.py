@@ -4,17 +4,26 @@ A plain class (tested directly) that runs as a Ray actor, one per model endpoint
 (:func:`spawn_model_client`), so that endpoint's concurrency limit holds across stages and jobs.
 Uses the openai SDK with its aiohttp transport (``DefaultAioHttpClient``), temperature 0, and the
 platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After.
+Limits: max in-flight requests (semaphore), requests/minute and tokens/minute (aiolimiter buckets; the
+token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
+by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
+(:mod:`aml_ray.pricing`) are recorded per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import openai
+from aiolimiter import AsyncLimiter
 
+from aml_ray.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
+from aml_ray.pricing import estimate_cost_usd
+from aml_ray.tokens import count_tokens
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 
@@ -40,6 +49,9 @@ class ModelClient:
         self.retry = retry
         self._client: openai.AsyncOpenAI | None = None
         self._sem: asyncio.Semaphore | None = None
+        self._rpm = AsyncLimiter(endpoint.rpm, 60) if endpoint.rpm else None
+        self._tpm = AsyncLimiter(endpoint.tpm, 60) if endpoint.tpm else None
+        self._cache = AnswerCache(Path(endpoint.cache_path)) if endpoint.cache_path else None
 
     def _ensure(self) -> openai.AsyncOpenAI:
         if self._client is None:
@@ -52,15 +64,23 @@ class ModelClient:
         return self._client
 
     async def aclose(self) -> None:
-        """Close the HTTP pool."""
+        """Close the HTTP pool and the reply cache."""
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
 
     async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int) -> tuple[str, dict[str, int], float]:
         client = self._ensure()
         assert self._sem is not None
         async with self._sem:
+            if self._rpm is not None:
+                await self._rpm.acquire()
+            if self._tpm is not None:
+                estimate = sum(count_tokens(str(m.get("content", "")), self.endpoint.model) for m in messages)
+                await self._tpm.acquire(min(float(estimate + max_tokens), self._tpm.max_rate))
             t0 = time.perf_counter()
             try:
                 resp = await client.chat.completions.create(
@@ -78,32 +98,67 @@ class ModelClient:
                  "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0}
         return text, usage, latency_ms
 
-    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 512) -> dict[str, Any]:
+    async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 512,
+                       prompt_sha256: str = "", use_cache: bool = True) -> dict[str, Any]:
         """One chat completion at temperature 0.
 
+        Args:
+            messages: OpenAI chat messages.
+            max_tokens: completion limit.
+            prompt_sha256: hash of the template the messages were rendered from (part of the cache key).
+            use_cache: read the reply cache (a repeated judge run passes False); good replies are
+                always written.
+
         Returns:
-            ``{status: "ok"|"error", text, attempts, latency_ms, prompt_tokens, completion_tokens, error}``;
-            an empty reply is ``status="error"`` with ``error="empty reply"``.
+            ``{status: "ok"|"error", text, attempts, latency_ms, prompt_tokens, completion_tokens,
+            cost_usd, cached, error}``; an empty reply is ``status="error"`` with ``error="empty reply"``.
         """
         out: dict[str, Any] = {"status": "error", "text": "", "attempts": 0, "latency_ms": None,
-                               "prompt_tokens": 0, "completion_tokens": 0, "error": None}
+                               "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": None, "cached": False,
+                               "error": None}
+        key = cache_key(self.endpoint.model, prompt_sha256, messages) if self._cache else None
+        if key and use_cache and (hit := self._cache.get(key)) is not None:
+            out.update(status="ok", text=hit["text"], cached=True, latency_ms=0.0, cost_usd=0.0,
+                       prompt_tokens=hit["prompt_tokens"], completion_tokens=hit["completion_tokens"])
+            return out
         try:
             async for attempt in self.retry.retrying():
                 with attempt:
                     out["attempts"] += 1
                     text, usage, latency = await self._attempt(messages, max_tokens)
             out.update(text=text, latency_ms=latency, **usage)
+            out["cost_usd"] = estimate_cost_usd(self.endpoint.model, usage["prompt_tokens"],
+                                                usage["completion_tokens"])
             out["status"] = "ok" if text.strip() else "error"
             out["error"] = None if text.strip() else "empty reply"
+            if key and text.strip():
+                self._cache.put(key, text, usage["prompt_tokens"], usage["completion_tokens"])
         except TransientError as exc:
             out["error"] = f"gave up after {out['attempts']} attempts: {exc.reason}"
         except ModelError as exc:
             out["error"] = str(exc)
         return out
 
-    async def complete_batch(self, batch: list[list[dict[str, Any]]], *, max_tokens: int = 512) -> list[dict[str, Any]]:
-        """Many completions concurrently (bounded by ``max_in_flight``); results in input order."""
-        return list(await asyncio.gather(*(self.complete(m, max_tokens=max_tokens) for m in batch)))
+    async def complete_batch(self, batch: list[list[dict[str, Any]]], *, max_tokens: int = 512,
+                             prompt_sha256: str = "", use_cache: bool = True) -> list[dict[str, Any]]:
+        """Many completions concurrently (bounded by the limits); results in input order."""
+        return list(await asyncio.gather(*(
+            self.complete(m, max_tokens=max_tokens, prompt_sha256=prompt_sha256, use_cache=use_cache)
+            for m in batch)))
+
+
+class ActorModel:
+    """Adapter giving a ``ModelClient`` actor handle the plain ``await complete_batch(...)`` interface.
+
+    Stages and ``aml-ray rejudge`` share one judging/answering code path: the stage wraps the actor
+    handle, the re-judge passes a local :class:`ModelClient`.
+    """
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def complete_batch(self, batch, **kw):
+        return await self.handle.complete_batch.remote(batch, **kw)
 
 
 def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):

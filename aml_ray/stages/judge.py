@@ -1,4 +1,12 @@
-"""Judge stage: the judge model (or the offline lexical judge), plus token F1 and BLEU-1."""
+"""Judge stage: the judge model (or the offline lexical judge), plus token F1 and BLEU-1.
+
+Judge robustness (DESIGN.md "Scoring contracts"): replies are parsed leniently
+(:func:`aml_ray.scoring.parse_judge_label`); an unparsable or empty reply is asked again, bypassing the
+reply cache, up to ``max_parse_retries`` times, then recorded as ``judge_error``. A run never aborts on
+judge output and no question leaves the denominator. With ``judge_runs > 1`` every answer is judged
+that many times (runs after the first bypass the cache); ``verdict`` is the first run's and
+``judge_verdicts`` holds all of them, for a mean and standard deviation of accuracy.
+"""
 
 from __future__ import annotations
 
@@ -7,93 +15,125 @@ from typing import Any
 
 import pyarrow as pa
 
+from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.evidence import QUESTION_SCHEMA, to_table
-from aml_ray.prompts import load_prompt
+from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.scoring import JudgeParseError, bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
 from aml_ray.stages._common import report
 
+JUDGE_MAX_TOKENS = 256
+F1_RULES = ("locomo", "token")
+
+
+def golds_of(gold_json: str) -> list[str]:
+    """The acceptable gold answers of a row as text (numbers rendered as text)."""
+    gold = json.loads(gold_json)
+    return [str(g) for g in gold] if isinstance(gold, list) else [str(gold)]
+
+
+async def _judge_once(rows: list[dict[str, Any]], model, prompt: Prompt, max_parse_retries: int,
+                      first_uses_cache: bool) -> list[tuple[str | None, str | None, str | None, int]]:
+    """One judging run: ``(label, raw, error, attempts)`` per row."""
+    results: list[list[Any]] = [[None, None, "not judged", 0] for _ in rows]
+    pending = list(range(len(rows)))
+    for round_ in range(1 + max_parse_retries):
+        if not pending:
+            break
+        batch = [[{"role": "user", "content": prompt.render(
+            question=rows[i]["question"], gold=" | ".join(golds_of(rows[i]["gold"])), answer=rows[i]["answer"])}]
+            for i in pending]
+        outcomes = await model.complete_batch(batch, max_tokens=JUDGE_MAX_TOKENS, prompt_sha256=prompt.sha256,
+                                              use_cache=first_uses_cache and round_ == 0)
+        still = []
+        for i, o in zip(pending, outcomes):
+            res = results[i]
+            res[3] += o["attempts"]
+            res[1] = o["text"] or res[1]
+            if o["status"] != "ok":
+                res[2] = o["error"]
+                if o["error"] == "empty reply":
+                    still.append(i)
+                continue
+            try:
+                res[0], res[2] = parse_judge_label(o["text"]), None
+            except JudgeParseError as exc:
+                res[2] = str(exc)
+                still.append(i)
+        pending = still
+    return [tuple(r) for r in results]  # type: ignore[misc]
+
+
+async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,
+                     f1_rule: str = "token", max_parse_retries: int = 2, judge_runs: int = 1) -> None:
+    """Fill verdict, lexical metrics and the final ``status`` of question rows, in place.
+
+    Args:
+        rows: question rows after Answer.
+        endpoint: the judge endpoint; offline uses :func:`aml_ray.scoring.lexical_verdict`.
+        model: an object with ``async complete_batch(batch, **kw)``; None when offline.
+        prompt: the judge prompt template.
+        f1_rule: ``"locomo"`` (official per-category F1) or ``"token"`` (best token F1 over the golds).
+        max_parse_retries: extra asks after an unparsable or empty reply.
+        judge_runs: how many times each answer is judged (>= 1).
+
+    Raises:
+        ValueError: unknown ``f1_rule`` or ``judge_runs < 1``.
+    """
+    if f1_rule not in F1_RULES:
+        raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
+    if judge_runs < 1:
+        raise ValueError(f"judge_runs must be >= 1, got {judge_runs}")
+    answered = [r for r in rows if r["answer_status"] == "ok"]
+    if endpoint.offline:
+        for r in answered:
+            label, why = lexical_verdict(r["answer"], json.loads(r["gold"]))
+            r.update(verdict=label, judge_raw=why, judge_status="ok", judge_attempts=1, judge_error=None,
+                     judge_verdicts=[label])
+    elif answered:
+        runs = [await _judge_once(answered, model, prompt, max_parse_retries, first_uses_cache=(n == 0))
+                for n in range(judge_runs)]
+        for i, r in enumerate(answered):
+            label, raw, error, attempts = runs[0][i]
+            r.update(verdict=label, judge_raw=raw, judge_error=error, judge_status="ok" if label else "error",
+                     judge_attempts=sum(run[i][3] for run in runs),
+                     judge_verdicts=[run[i][0] or "judge_error" for run in runs])
+    for r in rows:
+        if r["answer_status"] == "ok":
+            golds = golds_of(r["gold"])
+            r["f1"] = (locomo_f1(r["answer"], json.loads(r["gold"]), r["category"]) if f1_rule == "locomo"
+                       else max(token_f1(r["answer"], g) for g in golds))
+            r["bleu1"] = max(bleu1(r["answer"], g) for g in golds)
+        r["status"] = ("search_error" if r["search_status"] != "ok" else
+                       "answer_error" if r["answer_status"] != "ok" else
+                       "judge_error" if r["judge_status"] != "ok" else "scored")
+
 
 class JudgeStage:
-    """Judges each answer (judge model or offline lexical judge) and computes token F1 and BLEU-1.
-
-    A judge reply that cannot be parsed is asked again up to ``max_parse_retries`` times, then recorded
-    as ``judge_error`` (DESIGN.md "Scoring contracts"); the question stays in the denominator.
+    """Ray Data stage around :func:`judge_rows`.
 
     Args:
         endpoint: the judge model endpoint (offline when it has no base_url).
         client: the judge ``ModelClient`` actor handle, or None when offline.
         prompt: name or path of the judge prompt template.
         max_parse_retries: extra asks after an unparsable reply.
-        f1_rule: ``"locomo"`` (official LoCoMo per-category F1) or ``"token"`` (best token F1 over golds).
+        f1_rule: the dataset's lexical F1 definition.
+        judge_runs: how many times each answer is judged.
         tracker: optional ``ProgressTracker`` actor handle.
     """
 
     def __init__(self, endpoint: ModelEndpoint, client, prompt: str, max_parse_retries: int = 2,
-                 f1_rule: str = "token", tracker=None):
-        if f1_rule not in ("locomo", "token"):
-            raise ValueError(f"f1_rule must be 'locomo' or 'token', got {f1_rule!r}")
-        self.endpoint, self.client, self.tracker, self.f1_rule = endpoint, client, tracker, f1_rule
+                 f1_rule: str = "token", judge_runs: int = 1, tracker=None):
+        if f1_rule not in F1_RULES:
+            raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
+        self.endpoint, self.tracker, self.f1_rule = endpoint, tracker, f1_rule
+        self.model = ActorModel(client) if client is not None else None
         self.prompt = load_prompt(prompt)
-        self.max_parse_retries = max_parse_retries
-
-    async def _judge_online(self, rows: list[dict[str, Any]]) -> None:
-        pending = list(rows)
-        for r in rows:
-            r.update(judge_attempts=0, judge_status="error")
-        for _ in range(1 + self.max_parse_retries):
-            if not pending:
-                break
-            prompts = [[{"role": "user", "content": self.prompt.render(
-                question=r["question"], gold=_gold_text(r["gold"]), answer=r["answer"])}] for r in pending]
-            outcomes = await self.client.complete_batch.remote(prompts)
-            still = []
-            for r, o in zip(pending, outcomes):
-                r["judge_attempts"] += o["attempts"]
-                r["judge_raw"] = o["text"]
-                if o["status"] != "ok":
-                    r["judge_error"] = o["error"]
-                    if o["error"] == "empty reply":
-                        still.append(r)
-                    continue
-                try:
-                    r.update(verdict=parse_judge_label(o["text"]), judge_status="ok", judge_error=None)
-                except JudgeParseError as exc:
-                    r["judge_error"] = str(exc)
-                    still.append(r)
-            pending = still
+        self.max_parse_retries, self.judge_runs = max_parse_retries, judge_runs
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
-        answered = [r for r in rows if r["answer_status"] == "ok"]
-        if self.endpoint.offline:
-            for r in answered:
-                label, why = lexical_verdict(r["answer"], json.loads(r["gold"]))
-                r.update(verdict=label, judge_raw=why, judge_status="ok", judge_attempts=1)
-        elif answered:
-            await self._judge_online(answered)
-        for r in rows:
-            if r["answer_status"] == "ok":
-                golds = _golds(r["gold"])
-                r["f1"] = (locomo_f1(r["answer"], json.loads(r["gold"]), r["category"])
-                           if self.f1_rule == "locomo" else max(token_f1(r["answer"], g) for g in golds))
-                r["bleu1"] = max(bleu1(r["answer"], g) for g in golds)
-            if r["search_status"] != "ok":
-                r["status"] = "search_error"
-            elif r["answer_status"] != "ok":
-                r["status"] = "answer_error"
-            elif r["judge_status"] != "ok":
-                r["status"] = "judge_error"
-            else:
-                r["status"] = "scored"
+        await judge_rows(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt, f1_rule=self.f1_rule,
+                         max_parse_retries=self.max_parse_retries, judge_runs=self.judge_runs)
         report(self.tracker, "judge", len(rows))
         return to_table(rows, QUESTION_SCHEMA)
-
-
-def _golds(gold_json: str) -> list[str]:
-    gold = json.loads(gold_json)
-    return [str(g) for g in gold] if isinstance(gold, list) else [str(gold)]
-
-
-def _gold_text(gold_json: str) -> str:
-    return " | ".join(_golds(gold_json))
