@@ -13,7 +13,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from aml_ray.config import data_dir
@@ -58,6 +58,9 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
     if url.startswith("sqlite"):
         if schema:
             raise ValueError("schema= is only supported on PostgreSQL")
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")

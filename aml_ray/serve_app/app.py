@@ -1,0 +1,71 @@
+"""``create_app(settings)``: the FastAPI application (API, public pages, OpenAPI at ``/docs``).
+
+The store is migrated to head at start-up; the job worker starts with the app's lifespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import aml_ray
+from aml_ray.security import SecretBox
+from aml_ray.serve_app.deps import Service
+from aml_ray.serve_app.errors import install_error_handlers
+from aml_ray.serve_app.routes import access, admin, jobs, keys, leaderboard, results
+from aml_ray.serve_app.settings import ServiceSettings
+from aml_ray.serve_app.worker import JobWorker
+from aml_ray.store import make_engine, session_factory, upgrade
+
+
+def build_service(settings: ServiceSettings) -> Service:
+    """Open (and migrate) the database and build the shared :class:`Service`.
+
+    Args:
+        settings: the service settings.
+
+    Returns:
+        The service, its worker created but not started.
+    """
+    engine = make_engine(settings.database_url, schema=settings.db_schema)
+    upgrade(engine)
+    service = Service(settings=settings, engine=engine, sessions=session_factory(engine),
+                      box=SecretBox(settings.master_keys))
+    if settings.run_worker:
+        service.worker = JobWorker(service)
+    return service
+
+
+def create_app(settings: ServiceSettings | None = None) -> FastAPI:
+    """The aml-ray service application.
+
+    Args:
+        settings: the settings (default :meth:`ServiceSettings.from_env`).
+
+    Returns:
+        The FastAPI app; ``app.state.service`` holds the shared :class:`Service`.
+    """
+    settings = settings or ServiceSettings.from_env()
+    service = build_service(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if service.worker is not None:
+            service.worker.start()
+        try:
+            yield
+        finally:
+            if service.worker is not None:
+                service.worker.stop()
+            service.engine.dispose()
+
+    app = FastAPI(title="aml-ray", version=aml_ray.__version__, lifespan=lifespan,
+                  description="Agent Memory Leaderboard service: access requests, keys, smoke and full jobs, "
+                              "private results, review and the public leaderboard.")
+    app.state.service = service
+    install_error_handlers(app)
+    for module in (access, keys, jobs, results, admin, leaderboard):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,72 @@
+"""``POST /api/jobs`` (smoke | full, quotas, checklist) and ``GET /api/jobs[/{id}]`` (stage progress)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+
+from aml_ray.serve_app.deps import KeyDep, ServiceDep, SessionDep
+from aml_ray.serve_app.schemas import Checklist, JobIn, JobOut, StageOut
+from aml_ray.serve_app.settings import TRACK_DATASETS
+from aml_ray.store.errors import Conflict
+from aml_ray.store.jobs import create_job, get_job_for_key, jobs_for_key
+from aml_ray.store.keys import version_for_key
+from aml_ray.store.models import Job
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+
+def job_out(job: Job) -> JobOut:
+    """A job with per-stage progress; ``progress`` is done / total over all stages (0..1)."""
+    total = sum(s.total for s in job.stages)
+    done = sum(min(s.done, s.total) for s in job.stages)
+    progress = 1.0 if job.status == "completed" else (done / total if total else 0.0)
+    return JobOut(id=job.id, version_id=job.version_id, mode=job.mode, track=job.track, run_label=job.run_label,
+                  status=job.status, stage=job.stage, progress=round(progress, 4),
+                  stages=[StageOut(stage=s.stage, done=s.done, total=s.total) for s in job.stages],
+                  error_summary=job.error_summary, created_at=job.created_at, started_at=job.started_at,
+                  finished_at=job.finished_at)
+
+
+def _check_checklist(body: JobIn) -> None:
+    if body.mode != "full":
+        return
+    checklist = body.checklist or Checklist()
+    missing = [name for name, value in checklist.model_dump().items() if value is not True]
+    if missing:
+        raise RequestValidationError([{"loc": ("body", "checklist", name), "type": "checklist",
+                                       "msg": "must be confirmed (true) before a full run"} for name in missing])
+
+
+@router.post("", status_code=202, response_model=JobOut)
+def submit_job(body: JobIn, key: KeyDep, session: SessionDep, service: ServiceDep) -> JobOut:
+    """Queue a smoke or full job for a version bound to the caller's key.
+
+    Refusals: 422 for an unconfirmed checklist (full), 404 for a version of another key, 409 for a duplicate
+    run label, an active job, full before a passed smoke, or a track without a suite; 429 for a quota.
+    """
+    _check_checklist(body)
+    version = version_for_key(session, key.id, body.version_id)
+    if version.track != body.track:
+        raise Conflict(f"version {version.id} is registered for track {version.track}, not {body.track}")
+    if not TRACK_DATASETS.get(body.track):
+        raise Conflict(f"track {body.track} has no evaluation suite on this platform yet")
+    job = create_job(session, key_id=key.id, version=version, mode=body.mode, run_label=body.run_label,
+                     edition=service.settings.edition,
+                     checklist=body.checklist.model_dump() if body.checklist else None)
+    session.commit()
+    if service.worker is not None:
+        service.worker.submit(job.id)
+    return job_out(job)
+
+
+@router.get("", response_model=list[JobOut])
+def list_jobs(key: KeyDep, session: SessionDep) -> list[JobOut]:
+    """The caller's jobs, newest first."""
+    return [job_out(j) for j in jobs_for_key(session, key.id)]
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: str, key: KeyDep, session: SessionDep) -> JobOut:
+    """A job's stage, progress and error summary (404 for another key's job)."""
+    return job_out(get_job_for_key(session, job_id, key.id))

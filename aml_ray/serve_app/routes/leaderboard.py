@@ -1,0 +1,70 @@
+"""Public leaderboard, no key needed: ``GET /api/leaderboard/{track}`` (JSON) and ``/leaderboard/{track}`` (HTML).
+
+Filters: ``division`` (open_source | commercial) and ``dataset`` (keep rows scored on it, show only its
+column, rank by it unless ``sort`` is given). Sorting: ``sort`` in overall | coverage | published_at |
+system, ``order`` asc | desc.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+
+from aml_ray.serve_app.deps import SessionDep
+from aml_ray.serve_app.schemas import Division, LeaderboardOut, LeaderboardRow, Track
+from aml_ray.serve_app.settings import TRACK_DATASETS
+from aml_ray.store.results import TRACKS, leaderboard
+
+router = APIRouter(tags=["leaderboard"])
+templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
+Sort = Literal["overall", "coverage", "published_at", "system"]
+
+
+def board(session, track: str, division: str | None, dataset: str | None, sort: str | None,
+          order: str) -> LeaderboardOut:
+    """The rows of a track after filters and sorting, ranked 1..n."""
+    rows = leaderboard(session, track, division=division, sort=sort or "overall", descending=order == "desc")
+    datasets = sorted({d for r in rows for d in r.per_dataset} | set(TRACK_DATASETS.get(track, ())))
+    if dataset:
+        rows = [r for r in rows if dataset in r.per_dataset]
+        datasets = [dataset]
+        if sort is None:
+            def score(r):
+                acc = r.per_dataset[dataset].get("accuracy")
+                return -1.0 if acc is None else acc
+            rows.sort(key=score, reverse=order == "desc")
+    out = [LeaderboardRow(rank=i, system=r.system_name, organization=r.organization, version=r.version_label,
+                          division=r.division, overall=r.overall, coverage=r.coverage,
+                          datasets={d: r.per_dataset[d] for d in datasets if d in r.per_dataset},
+                          published_at=r.published_at) for i, r in enumerate(rows, start=1)]
+    return LeaderboardOut(track=track, datasets=datasets, rows=out)
+
+
+@router.get("/api/leaderboard/{track}", response_model=LeaderboardOut)
+def leaderboard_json(track: Track, session: SessionDep, division: Division | None = None,
+                     dataset: Annotated[str | None, Query(max_length=64)] = None, sort: Sort | None = None,
+                     order: Literal["asc", "desc"] = "desc") -> LeaderboardOut:
+    """The public rows of a track (empty before any publication)."""
+    return board(session, track, division, dataset, sort, order)
+
+
+@router.get("/leaderboard/{track}", response_class=HTMLResponse)
+def leaderboard_page(request: Request, track: Track, session: SessionDep, division: Division | None = None,
+                     dataset: Annotated[str | None, Query(max_length=64)] = None, sort: Sort | None = None,
+                     order: Literal["asc", "desc"] = "desc") -> HTMLResponse:
+    """The public leaderboard page: Overall, per-dataset columns with score bars, filters and sorting."""
+    data = board(session, track, division, dataset, sort, order)
+    all_datasets = sorted(set(TRACK_DATASETS.get(track, ())) | set(data.datasets))
+    return templates.TemplateResponse(request, "leaderboard.html", {
+        "board": data, "tracks": TRACKS, "track": track, "division": division, "dataset": dataset,
+        "sort": sort or "overall", "order": order, "all_datasets": all_datasets})
+
+
+@router.get("/", include_in_schema=False)
+def home() -> RedirectResponse:
+    """The Textual board is the landing page."""
+    return RedirectResponse("/leaderboard/textual")

@@ -1,0 +1,172 @@
+"""Request and response bodies of the API (pydantic v2). Secrets are ``SecretStr`` and never returned."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+Track = Literal["textual", "multimodal", "coding"]
+Division = Literal["open_source", "commercial"]
+AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
+Mode = Literal["smoke", "full"]
+Label = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+
+
+class AccessRequestIn(BaseModel):
+    """An evaluation access request (seed: "Evaluation Access Request").
+
+    ``kind="add_version"`` binds the version to the key sent in ``Authorization: Bearer``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["new_key", "add_version"] = "new_key"
+    contact_name: str = Field(min_length=1, max_length=200)
+    contact_email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
+    organization: str = Field(min_length=1, max_length=200)
+    system_name: str = Field(min_length=1, max_length=200)
+    version_label: str = Label
+    track: Track
+    division: Division
+    description: str = Field(default="", max_length=10_000)
+    public_info: str = Field(default="", max_length=10_000)
+    add_url: str = Field(max_length=2000)
+    search_url: str = Field(max_length=2000)
+    health_url: str | None = Field(default=None, max_length=2000)
+    add_status_url: str | None = Field(default=None, max_length=2000)
+    auth_scheme: AuthScheme = "none"
+    memory_system_key: SecretStr | None = Field(default=None, max_length=4096)
+    max_in_flight: int = Field(default=16, ge=1, le=1024)
+    requests_per_s: float | None = Field(default=None, gt=0, le=10_000)
+    timeout_s: float = Field(default=1800.0, gt=0, le=1800.0)
+    repository_url: str | None = Field(default=None, max_length=500)
+    commit: str | None = Field(default=None, max_length=64, pattern=r"^[0-9a-fA-F]{7,64}$")
+    attribution: str | None = Field(default=None, max_length=10_000)
+    method_changes: str | None = Field(default=None, max_length=10_000)
+
+    @model_validator(mode="after")
+    def _rules(self) -> AccessRequestIn:
+        if self.auth_scheme != "none" and not (self.memory_system_key and
+                                               self.memory_system_key.get_secret_value()):
+            raise ValueError(f"auth_scheme {self.auth_scheme} needs memory_system_key")
+        if self.division == "open_source" and not (self.repository_url and self.commit and self.attribution):
+            raise ValueError("open_source entries must give repository_url, commit and attribution")
+        if self.add_status_url and "{task_id}" not in self.add_status_url:
+            raise ValueError("add_status_url must contain {task_id}")
+        return self
+
+
+class AccessRequestOut(BaseModel):
+    """The stored request, as its submitter sees it (no secret, only whether one is held)."""
+
+    id: str
+    status: str
+    kind: str
+    system_name: str
+    version_label: str
+    track: str
+    division: str
+    health: str | None
+    has_memory_system_key: bool
+
+
+class Checklist(BaseModel):
+    """The full-run checklist (seed: every item must be confirmed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    smoke_passed: bool = False
+    contract_followed: bool = False
+    run_instructions_complete: bool = False
+    original_work_disclosed: bool = False
+    no_integrity_violation: bool = False
+
+
+class JobIn(BaseModel):
+    """``POST /api/jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+    version_id: str = Field(min_length=1, max_length=32)
+    mode: Mode
+    run_label: str = Label
+    track: Track
+    checklist: Checklist | None = None
+
+
+class StageOut(BaseModel):
+    """One stage's progress."""
+
+    stage: str
+    done: int
+    total: int
+
+
+class JobOut(BaseModel):
+    """A job's status as its key sees it."""
+
+    id: str
+    version_id: str
+    mode: str
+    track: str
+    run_label: str
+    status: str
+    stage: str
+    progress: float
+    stages: list[StageOut]
+    error_summary: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class VersionOut(BaseModel):
+    """A version bound to the caller's key (endpoints shown; the credential only as a flag)."""
+
+    id: str
+    system_name: str
+    label: str
+    track: str
+    division: str
+    add_url: str
+    search_url: str
+    health_url: str | None
+    auth_scheme: str
+    has_memory_system_key: bool
+    max_in_flight: int
+    requests_per_s: float | None
+
+
+class KeyOut(BaseModel):
+    """``GET /api/keys/me``."""
+
+    key_prefix: str
+    versions: list[VersionOut]
+
+
+class Decision(BaseModel):
+    """An admin rejection reason."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class LeaderboardRow(BaseModel):
+    """A public leaderboard row."""
+
+    rank: int
+    system: str
+    organization: str
+    version: str
+    division: str
+    overall: float | None
+    coverage: float | None
+    datasets: dict[str, Any]
+    published_at: datetime
+
+
+class LeaderboardOut(BaseModel):
+    """``GET /api/leaderboard/{track}``."""
+
+    track: str
+    datasets: list[str]
+    rows: list[LeaderboardRow]

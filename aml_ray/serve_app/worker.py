@@ -1,0 +1,171 @@
+"""The background job worker: runs queued jobs through :func:`aml_ray.evaluation.evaluate`.
+
+One daemon thread takes job ids from a queue (jobs queued before a restart are picked up again; jobs
+left ``running`` are marked failed). For each job it re-validates the version's endpoints (DNS may have
+changed since submission), decrypts the Memory System Key into the in-memory ``ParticipantSpec`` only,
+runs the evaluation, stores the result and, for a full job, opens its review with the publication gate.
+
+Error summaries are redacted: the decrypted secret is replaced wherever it could appear.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.config import model_endpoint_from_env
+from aml_ray.security import EndpointRejected, validate_endpoint_url
+from aml_ray.serve_app.gate import publication_gate, release_baseline, run_facts
+from aml_ray.serve_app.settings import TRACK_DATASETS
+from aml_ray.store.jobs import fail_interrupted, get_job, mark_completed, mark_failed, mark_running, \
+    queued_job_ids, record_progress
+from aml_ray.store.keys import load_secret
+from aml_ray.store.models import Version
+from aml_ray.store.results import open_review, save_result
+
+log = logging.getLogger("aml_ray.serve_app.worker")
+#: Seconds between progress writes to the database (totals and the final snapshot are always written).
+PROGRESS_INTERVAL_S = 0.5
+
+
+def redact(text: str, secret: SecretStr | None) -> str:
+    """``text`` with the secret's value replaced by ``***``."""
+    if secret is not None and secret.get_secret_value():
+        text = text.replace(secret.get_secret_value(), "***")
+    return text
+
+
+class JobWorker:
+    """Runs jobs one at a time in a daemon thread.
+
+    Args:
+        service: the :class:`aml_ray.serve_app.deps.Service` (settings, sessions, secret box).
+    """
+
+    def __init__(self, service):
+        self.service = service
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self.idle = threading.Event()
+        self.idle.set()
+
+    def start(self) -> None:
+        """Fail jobs interrupted by a restart, requeue queued ones, start the thread."""
+        with self.service.sessions.begin() as session:
+            n = fail_interrupted(session)
+            pending = queued_job_ids(session)
+        if n:
+            log.warning("marked %d interrupted job(s) failed", n)
+        for job_id in pending:
+            self.submit(job_id)
+        self._thread = threading.Thread(target=self._loop, name="aml-job-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to stop after the current job."""
+        self._queue.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, job_id: str) -> None:
+        """Queue a job id."""
+        self.idle.clear()
+        self._queue.put(job_id)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until the queue is empty and no job runs (tests); returns False on timeout."""
+        return self.idle.wait(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            job_id = self._queue.get()
+            if job_id is None:
+                return
+            try:
+                self.run_job(job_id)
+            except Exception:  # the worker must survive any job; the job is marked failed in run_job
+                log.exception("job %s: worker error", job_id)
+            finally:
+                if self._queue.empty():
+                    self.idle.set()
+
+    def run_job(self, job_id: str) -> None:
+        """Run one job to completion or failure (status, result and review written to the store)."""
+        from aml_ray.evaluation import EvaluationConfig, evaluate
+        from aml_ray.pipeline import StageFailed
+
+        settings = self.service.settings
+        secret: SecretStr | None = None
+        sessions = self.service.sessions
+        with sessions.begin() as session:
+            job = get_job(session, job_id)
+            if job.status != "queued":
+                return
+            version = session.get(Version, job.version_id)
+            label = f"{version.system.name}/{version.label}"
+            try:
+                spec, secret = self._participant(session, version)
+            except EndpointRejected as exc:
+                mark_failed(job, f"endpoint rejected at job start: {exc}")
+                return
+            run_dir = Path(settings.runs_dir) / job.id
+            mark_running(job, str(run_dir))
+            mode, track, run_label = job.mode, job.track, job.run_label
+        dataset = TRACK_DATASETS[track][0]
+        last_write = [0.0]
+
+        def on_progress(kind: str, values: dict[str, int]) -> None:
+            now = time.monotonic()
+            if kind != "totals" and now - last_write[0] < PROGRESS_INTERVAL_S:
+                return
+            last_write[0] = now
+            with sessions.begin() as s:
+                record_progress(get_job(s, job_id), kind, values)
+
+        cfg = EvaluationConfig(
+            dataset=dataset, participant=spec, answer=model_endpoint_from_env("answer"),
+            judge=model_endpoint_from_env("judge"), out_dir=run_dir, data_path=settings.dataset_paths.get(dataset),
+            limit_samples=settings.smoke_limit_samples if mode == "smoke" else settings.full_limit_samples,
+            run_label=run_label, participant_label=label)
+        try:
+            result = evaluate(cfg, on_progress=on_progress, num_cpus=settings.num_cpus)
+        except StageFailed as exc:
+            self._fail(job_id, redact(exc.summary, secret))
+            return
+        except Exception as exc:  # dataset missing, Ray failure...: summarised, secret redacted
+            log.error("job %s failed: %s", job_id, type(exc).__name__)
+            self._fail(job_id, redact(f"{type(exc).__name__}: {exc}", secret))
+            return
+        table = result.table.to_dicts()
+        facts = run_facts(result.run_info)
+        with sessions.begin() as session:
+            job = get_job(session, job_id)
+            record_progress(job, "done", {s.stage: s.total for s in job.stages})
+            save_result(session, job, table, facts)
+            mark_completed(session, job)
+            if mode == "full":
+                gate = publication_gate(session, job, table, facts, release_baseline(settings, track))
+                open_review(session, job, gate)
+        log.info("job %s completed", job_id)
+
+    def _fail(self, job_id: str, summary: str) -> None:
+        with self.service.sessions.begin() as session:
+            mark_failed(get_job(session, job_id), summary)
+
+    def _participant(self, session, version: Version) -> tuple[ParticipantSpec, SecretStr | None]:
+        allow = self.service.settings.allow_loopback
+        for url in (version.add_url, version.search_url, version.health_url):
+            if url:
+                validate_endpoint_url(url, allow_loopback=allow)
+        secret = load_secret(session, self.service.box, version.credential_id) if version.credential_id else None
+        spec = ParticipantSpec(add_url=version.add_url, search_url=version.search_url, health_url=version.health_url,
+                               add_status_url=version.add_status_url, auth=version.auth_scheme, secret=secret,
+                               max_in_flight=version.max_in_flight, requests_per_s=version.requests_per_s,
+                               timeout_s=version.timeout_s)
+        return spec, secret
