@@ -29,6 +29,7 @@ from aml_ray.pipeline import PipelineOptions, StageFailed, build_inputs, run_pip
 from aml_ray.prompts import load_prompt
 from aml_ray.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
+from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 
 
 @dataclass
@@ -48,6 +49,10 @@ class EvaluationConfig:
         run_label: a human label recorded in run.json.
         participant_label: how the participant is named in outputs (never holds a secret).
         options: pipeline throughput knobs.
+        answer_prompt / judge_prompt: override the dataset's prompts (shipped name, path or URL).
+        answer_prompt_sha256 / judge_prompt_sha256: pins for the overrides (required for URLs).
+        context_budget_tokens: token budget of the answer context.
+        judge_runs: how many times each answer is judged (mean and std reported when > 1).
     """
 
     dataset: str
@@ -63,6 +68,12 @@ class EvaluationConfig:
     run_label: str | None = None
     participant_label: str = "participant"
     options: PipelineOptions = field(default_factory=PipelineOptions)
+    answer_prompt: str | None = None
+    judge_prompt: str | None = None
+    answer_prompt_sha256: str | None = None
+    judge_prompt_sha256: str | None = None
+    context_budget_tokens: int = DEFAULT_CONTEXT_BUDGET
+    judge_runs: int = 1
 
 
 @dataclass
@@ -102,6 +113,36 @@ def pipeline_code_hash() -> str:
     return h.hexdigest()
 
 
+def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
+    """Context tokens, model token usage, cost and the repeated-judging summary for run.json.
+
+    ``judge_runs_summary``: per judging run, accuracy over the non-excluded questions (errors count as
+    wrong); then their mean and sample standard deviation (0 with one run).
+    """
+    scored = questions.filter(~pl.col("excluded"))
+    ctx = scored["context_tokens"].drop_nulls()
+    costs = scored["cost_usd"].drop_nulls()
+    per_run: list[float] = []
+    if scored.height:
+        runs = scored["judge_verdicts"].to_list()
+        n_runs = max((len(v) for v in runs if v), default=0)
+        for i in range(n_runs):
+            correct = sum(1 for v in runs if v and len(v) > i and v[i] == "CORRECT")
+            per_run.append(correct / scored.height)
+    mean = sum(per_run) / len(per_run) if per_run else None
+    std = (sum((a - mean) ** 2 for a in per_run) / (len(per_run) - 1)) ** 0.5 if len(per_run) > 1 else 0.0
+    return {
+        "context_tokens": {"mean": float(ctx.mean()) if ctx.len() else None,
+                           "max": int(ctx.max()) if ctx.len() else None,
+                           "questions_cut": int((scored["memories_cut"].fill_null(0) > 0).sum())},
+        "tokens": {"prompt": int(scored["prompt_tokens"].fill_null(0).sum()),
+                   "completion": int(scored["completion_tokens"].fill_null(0).sum()),
+                   "answers_from_cache": int(scored["answer_cached"].fill_null(False).sum())},
+        "cost_usd_estimate": float(costs.sum()) if costs.len() else None,
+        "judge_runs_summary": {"accuracy_per_run": per_run, "mean": mean, "std": std if per_run else None},
+    }
+
+
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
              num_cpus: int | None = None) -> EvaluationResult:
     """Run one evaluation.
@@ -132,8 +173,10 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
     inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name))
-    prompts = {p.name: {"sha256": p.sha256, "path": p.path}
-               for p in (load_prompt(spec.answer_prompt), load_prompt(spec.judge_prompt))}
+    answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
+    judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
+    prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
+               for role, p in (("answer", answer_prompt), ("judge", judge_prompt))}
     info: dict[str, Any] = {
         "run_id": cfg.run_id, "run_label": cfg.run_label, "status": "running",
         "started_at": datetime.now(timezone.utc).isoformat(),
@@ -147,6 +190,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         "models": {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
         "offline_models": cfg.answer.offline or cfg.judge.offline,
         "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
+        "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
         "package_version": aml_ray.__version__, "git_commit": _git_commit(),
         "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
     }
@@ -159,8 +203,9 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     try:
         questions = run_pipeline(
             inputs, run_dir=run_dir, participant=cfg.participant, answer=cfg.answer, judge=cfg.judge,
-            answer_prompt=spec.answer_prompt, judge_prompt=spec.judge_prompt, f1_rule=spec.f1_rule,
-            top_k=cfg.top_k, options=cfg.options,
+            answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
+            top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
+            judge_runs=cfg.judge_runs,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         info.update(status="failed", error=exc.summary, wall_s=round(time.perf_counter() - t0, 3),
@@ -185,10 +230,10 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
               "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"])},
         search={"latency_ms": latency_summary(search_lat),
                 "retried": int((questions["search_attempts"].fill_null(0) > 1).sum())},
-        tokens={"prompt": int(questions["prompt_tokens"].fill_null(0).sum()),
-                "completion": int(questions["completion_tokens"].fill_null(0).sum())},
+        **usage_summary(questions),
     )
-    write_json_atomic({"run_id": cfg.run_id, "offline_models": info["offline_models"],
-                       "models": info["models"], "table": table.to_dicts()}, run_dir.results_json)
+    write_json_atomic({"run_id": cfg.run_id, "offline_models": info["offline_models"], "models": info["models"],
+                       "table": table.to_dicts(), "judge_runs": info["judge_runs_summary"]},
+                      run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info, questions=questions)

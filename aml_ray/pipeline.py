@@ -28,6 +28,7 @@ from aml_ray.datasets.chunking import chunk_sample, count_words
 from aml_ray.evidence import QUESTION_SCHEMA, QuestionWriter, RunDir, empty_question_row, read_questions, to_table
 from aml_ray.ids import IdScheme
 from aml_ray.progress import ProgressTracker
+from aml_ray.prompts import Prompt
 from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
 
 
@@ -124,10 +125,12 @@ def run_pipeline(
     participant: ParticipantSpec,
     answer: ModelEndpoint,
     judge: ModelEndpoint,
-    answer_prompt: str,
-    judge_prompt: str,
+    answer_prompt: Prompt | str,
+    judge_prompt: Prompt | str,
     top_k: int,
     f1_rule: str = "token",
+    context_budget_tokens: int = 16_000,
+    judge_runs: int = 1,
     options: PipelineOptions | None = None,
     on_progress: Callable[[dict[str, int]], None] | None = None,
 ) -> pl.DataFrame:
@@ -138,8 +141,10 @@ def run_pipeline(
         run_dir: where evidence goes.
         participant: the participant version under evaluation.
         answer / judge: model endpoints (offline ones run inside the stage, no actor).
-        answer_prompt / judge_prompt: prompt names or paths.
+        answer_prompt / judge_prompt: loaded prompts (they travel to the workers) or shipped names.
         f1_rule: ``"locomo"`` or ``"token"`` (the dataset's lexical F1 definition).
+        context_budget_tokens: token budget of the answer context (memories).
+        judge_runs: how many times each answer is judged (mean and std of accuracy when > 1).
         top_k: Top K sent with every Search.
         options: throughput knobs.
         on_progress: called about twice a second with ``{stage: done}`` counts.
@@ -174,10 +179,12 @@ def run_pipeline(
                         **common)
     ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_size, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
-                                               "prompt": answer_prompt, "tracker": tracker}, **common)
+                                               "prompt": answer_prompt,
+                                               "budget_tokens": context_budget_tokens, "tracker": tracker}, **common)
     ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_size, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
                                                "prompt": judge_prompt, "f1_rule": f1_rule,
+                                               "judge_runs": judge_runs,
                                                "tracker": tracker}, **common)
 
     writer = QuestionWriter(run_dir)

@@ -64,7 +64,7 @@ def test_run_json_is_complete(two_sample_run):
                 "git_commit", "pipeline_code_sha256", "adds", "search", "evidence", "wall_s"):
         assert info[key] is not None, key
     assert info["dataset"]["sha256"] == "79fa87e90f04081343b8c8debecb80a9a6842b76a7aa537dc9fdf651ea698ff4"
-    assert set(info["prompts"]) == {"locomo_answer", "locomo_judge"}
+    assert {r: p["name"] for r, p in info["prompts"].items()} == {"answer": "locomo_answer", "judge": "locomo_judge"}
     assert all(len(p["sha256"]) == 64 for p in info["prompts"].values())
     assert info["offline_models"] is True
     assert "offline" in info["models"]["answer"]["model"] and info["top_k"] == 100

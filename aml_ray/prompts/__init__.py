@@ -7,7 +7,8 @@ records exactly which wording answered and judged it.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import jinja2
@@ -31,27 +32,55 @@ class Prompt:
     text: str
     sha256: str
     path: str
-    _template: jinja2.Template = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     def render(self, **values: object) -> str:
         """Render with the given values; a missing value raises ``jinja2.UndefinedError``."""
-        template = self._template or _ENV.from_string(self.text)
-        return template.render(**values)
+        return _compile(self.text).render(**values)
 
 
-def load_prompt(name_or_path: str | Path) -> Prompt:
-    """Load a shipped prompt by name (``"locomo_answer"``) or any template file by path.
+@lru_cache(maxsize=64)
+def _compile(text: str) -> jinja2.Template:
+    return _ENV.from_string(text)
+
+
+class PromptHashMismatch(ValueError):
+    """A prompt file's sha256 is not the pinned one."""
+
+
+def load_prompt(name_or_path: str | Path, sha256: str | None = None) -> Prompt:
+    """Load a shipped prompt by name (``"locomo_answer"``), a template file by path, or a URL.
+
+    Args:
+        name_or_path: a shipped name, a file path, or an ``http(s)://`` URL (fetched once into the cache).
+        sha256: the pinned hash; required for a URL, checked for any source when given.
 
     Raises:
         FileNotFoundError: naming the prompt and the shipped names.
+        PromptHashMismatch: the bytes do not have the pinned hash.
+        ValueError: a URL without a pinned sha256.
     """
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = PROMPT_DIR / f"{name_or_path}.j2"
+    ref = str(name_or_path)
+    if ref.startswith(("http://", "https://")):
+        if not sha256:
+            raise ValueError(f"prompt URL {ref} needs a pinned sha256 (suites pin every remote prompt)")
+        from aml_ray.config import cache_dir
+        from aml_ray.datasets.fetch import fetch_to_cache
+
+        path = cache_dir() / "prompts" / f"{sha256}.j2"
+        if not path.is_file():
+            fetch_to_cache(ref, path, sha256)
+    else:
+        path = Path(name_or_path)
+        if not path.suffix:
+            path = PROMPT_DIR / f"{name_or_path}.j2"
     if not path.is_file():
         shipped = sorted(p.stem for p in PROMPT_DIR.glob("*.j2"))
-        raise FileNotFoundError(f"prompt {str(name_or_path)!r} not found; shipped prompts: {shipped}")
+        raise FileNotFoundError(f"prompt {ref!r} not found; shipped prompts: {shipped}")
     data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 and digest != sha256:
+        raise PromptHashMismatch(f"prompt {ref}: sha256 is {digest}, the pin is {sha256}; use the pinned file "
+                                 "or update the pin in the suite")
     text = data.decode("utf-8")
-    return Prompt(name=path.stem, text=text, sha256=hashlib.sha256(data).hexdigest(), path=str(path),
-                  _template=_ENV.from_string(text))
+    _compile(text)  # a syntax error surfaces at load time, not in the middle of a run
+    return Prompt(name=path.stem, text=text, sha256=digest, path=str(path))

@@ -67,16 +67,16 @@ class AnswerStage:
     Args:
         endpoint: the answer model endpoint (offline when it has no base_url).
         client: the answer ``ModelClient`` actor handle, or None when offline.
-        prompt: name or path of the answer prompt template.
+        prompt: the answer prompt (a loaded :class:`Prompt`, or a shipped name or path).
         budget_tokens: the context budget for the memories, in tokens.
         tracker: optional ``ProgressTracker`` actor handle.
     """
 
-    def __init__(self, endpoint: ModelEndpoint, client, prompt: str, budget_tokens: int = DEFAULT_CONTEXT_BUDGET,
+    def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, budget_tokens: int = DEFAULT_CONTEXT_BUDGET,
                  tracker=None):
         self.endpoint, self.tracker, self.budget = endpoint, tracker, budget_tokens
         self.model = ActorModel(client) if client is not None else None
-        self.prompt = load_prompt(prompt)
+        self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()

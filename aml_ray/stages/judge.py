@@ -115,20 +115,20 @@ class JudgeStage:
     Args:
         endpoint: the judge model endpoint (offline when it has no base_url).
         client: the judge ``ModelClient`` actor handle, or None when offline.
-        prompt: name or path of the judge prompt template.
+        prompt: the judge prompt (a loaded :class:`Prompt`, or a shipped name or path).
         max_parse_retries: extra asks after an unparsable reply.
         f1_rule: the dataset's lexical F1 definition.
         judge_runs: how many times each answer is judged.
         tracker: optional ``ProgressTracker`` actor handle.
     """
 
-    def __init__(self, endpoint: ModelEndpoint, client, prompt: str, max_parse_retries: int = 2,
+    def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, max_parse_retries: int = 2,
                  f1_rule: str = "token", judge_runs: int = 1, tracker=None):
         if f1_rule not in F1_RULES:
             raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
         self.endpoint, self.tracker, self.f1_rule = endpoint, tracker, f1_rule
         self.model = ActorModel(client) if client is not None else None
-        self.prompt = load_prompt(prompt)
+        self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
         self.max_parse_retries, self.judge_runs = max_parse_retries, judge_runs
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
