@@ -172,6 +172,26 @@ def run(
 
 
 @app.command()
+def rejudge(
+    run_dir: Annotated[Path, typer.Argument(help="A completed run directory.")],
+    label: Annotated[Optional[str], typer.Option(help="Folder name under RUN_DIR/rejudge/.")] = None,
+    judge_prompt: Annotated[Optional[str], typer.Option(help="Judge prompt override (name, path or URL).")] = None,
+    judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
+) -> None:
+    """Re-score a finished run with the judge configured now (JUDGE_* variables); answers are reused."""
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.rejudge import rejudge as do_rejudge
+
+    try:
+        judge = model_endpoint_from_env("judge")
+        result = do_rejudge(run_dir, judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256)
+    except (FileNotFoundError, ValueError) as exc:
+        _fail(str(exc))
+    console.print(render_table(result.table, offline=judge.offline, title=f"re-judged by {judge.model}"))
+    console.print(f"written to {result.out_dir}")
+
+
+@app.command()
 def reference(
     db: Annotated[Path, typer.Option(help="SQLite file for the memories.")] = Path("reference.sqlite3"),
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
@@ -187,6 +207,13 @@ def reference(
         argv += ["--secret-env", secret_env]
     sys.exit(main(argv))
 
+
+from aml_ray.conformance.cli import check_command  # noqa: E402
+app.command("check")(check_command)
+
+
+from aml_ray.serve_app.cli import serve_command  # noqa: E402
+app.command("serve")(serve_command)
 
 if __name__ == "__main__":
     app()

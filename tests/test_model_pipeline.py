@@ -75,3 +75,28 @@ def test_prompt_hash_changes_with_the_file(tmp_path):
         load_prompt(path, first.sha256)
     with pytest.raises(ValueError, match="pinned sha256"):
         load_prompt("https://prompts.example/answer.j2")
+
+
+def test_rejudge_rescores_without_new_answers(tmp_path, locomo_file):
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.evidence import read_questions
+    from aml_ray.rejudge import rejudge
+
+    with ReferenceServer(tmp_path / "ref") as ref:
+        result = evaluate(EvaluationConfig(
+            dataset="locomo", participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
+            answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {}),
+            out_dir=tmp_path / "run", data_path=locomo_file, limit_samples=1))
+    before = read_questions(result.run_dir)
+    fake = FakeOpenAI(lambda p, n: Reply('Strict.\n{"label": "WRONG"}'))
+    with ThreadServer(fake.app) as http:
+        judge = ModelEndpoint(role="judge", base_url=f"{http.base_url}/v1", model="strict-judge")
+        out = rejudge(result.run_dir.root, judge, label="strict")
+    assert len(fake.calls) == 152 and all(c.startswith("You are grading") for c in fake.calls)
+    overall = out.table.filter(pl.col("category") == "overall").to_dicts()[0]
+    assert overall["accuracy"] == 0.0 and overall["coverage"] == 1.0 and overall["n_excluded"] == 47
+    assert read_questions(result.run_dir).equals(before)  # the original evidence is untouched
+    rejudged = pl.read_parquet(out.out_dir / "questions.parquet")
+    assert rejudged["answer"].to_list() == before["answer"].to_list()
+    with pytest.raises(ValueError, match="exists"):
+        rejudge(result.run_dir.root, judge, label="strict")
