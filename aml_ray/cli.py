@@ -107,6 +107,12 @@ def run(
     allow_hash_mismatch: Annotated[bool, typer.Option(help="Accept a dataset file whose sha256 differs from "
                                                       "the pin (recorded in run.json).")] = False,
     num_cpus: Annotated[Optional[int], typer.Option(help="CPUs for the local Ray cluster.")] = None,
+    judge_runs: Annotated[int, typer.Option(min=1, help="Judge each answer N times (mean and std).")] = 1,
+    context_budget: Annotated[int, typer.Option(min=1, help="Token budget of the answer context.")] = 16_000,
+    answer_prompt: Annotated[Optional[str], typer.Option(help="Answer prompt override (name, path or URL).")] = None,
+    answer_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --answer-prompt.")] = None,
+    judge_prompt: Annotated[Optional[str], typer.Option(help="Judge prompt override (name, path or URL).")] = None,
+    judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
 ) -> None:
     """Evaluate a memory system on a benchmark and print the per-category score table."""
     from aml_ray.config import model_endpoint_from_env
@@ -129,7 +135,9 @@ def run(
         cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
                                data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
                                limit_samples=limit_samples, run_id=run_id, run_label=run_label,
-                               participant_label=label)
+                               participant_label=label, judge_runs=judge_runs, context_budget_tokens=context_budget,
+                               answer_prompt=answer_prompt, answer_prompt_sha256=answer_prompt_sha256,
+                               judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256)
         console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
         if answer.offline or judge.offline:
             console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
@@ -152,7 +160,7 @@ def run(
             except StageFailed as exc:
                 progress.stop()
                 _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in {out}")
-            except (DatasetError, FileExistsError, ValueError) as exc:
+            except (DatasetError, FileExistsError, FileNotFoundError, ValueError) as exc:
                 progress.stop()
                 _fail(str(exc))
     info = result.run_info
