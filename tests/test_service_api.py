@@ -211,3 +211,19 @@ def test_public_leaderboard_is_empty_before_publication_and_needs_no_key(client)
     assert client.get("/api/leaderboard/textual?sort=secret").status_code == 422
     docs = client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+def test_cluster_serve_config_validates_and_points_at_the_deployment():
+    from pathlib import Path
+
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    from aml_ray.serve_app import deployment
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "cluster" / "serve_config.yaml").read_text())
+    schema = ServeDeploySchema.model_validate(config)
+    app = schema.applications[0]
+    module, _, attr = app.import_path.partition(":")
+    assert module == deployment.__name__ and callable(getattr(deployment, attr))
+    assert [d.name for d in app.deployments] == ["aml-service"]

@@ -38,7 +38,7 @@ def run_facts(run_info: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": run_info["run_id"], "offline_models": run_info["offline_models"],
         "models": {role: {"model": m["model"], "offline": m["offline"]} for role, m in run_info["models"].items()},
-        "prompts": {name: p["sha256"] for name, p in run_info["prompts"].items()},
+        "prompts": {p.get("name", key): p["sha256"] for key, p in run_info["prompts"].items()},
         "top_k": run_info["top_k"], "pipeline_code_sha256": run_info["pipeline_code_sha256"],
         "datasets": {ds["name"]: {"sha256": ds["sha256"], "hash_mismatch_allowed": ds["hash_mismatch_allowed"],
                                   "samples": ds["samples"], "questions": ds["questions"],
