@@ -223,8 +223,5 @@ app.command("check")(check_command)
 from aml_ray.serve_app.cli import serve_command  # noqa: E402
 app.command("serve")(serve_command)
 
-from aml_ray.serve_app.cli import serve_command  # noqa: E402
-app.command("serve")(serve_command)
-
 if __name__ == "__main__":
     app()
