@@ -205,7 +205,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             inputs, run_dir=run_dir, participant=cfg.participant, answer=cfg.answer, judge=cfg.judge,
             answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
-            judge_runs=cfg.judge_runs,
+            judge_runs=cfg.judge_runs, scorer=spec.scorer,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         info.update(status="failed", error=exc.summary, wall_s=round(time.perf_counter() - t0, 3),

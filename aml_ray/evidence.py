@@ -39,9 +39,10 @@ ADD_SCHEMA = pa.schema([
 #: One row per question, filled stage by stage (ingest -> search -> answer -> judge).
 QUESTION_SCHEMA = pa.schema([
     # from the dataset (platform side; the gold never goes to a participant)
-    ("sample_id", pa.string()), ("question_id", pa.string()), ("ref", pa.string()),
+    ("dataset", pa.string()), ("sample_id", pa.string()), ("question_id", pa.string()), ("ref", pa.string()),
     ("user_id", pa.string()), ("question", pa.string()), ("options", pa.list_(pa.string())),
-    ("gold", pa.string()), ("category", pa.string()), ("speakers", pa.list_(pa.string())), ("excluded", pa.bool_()), ("excluded_reason", pa.string()),
+    ("gold", pa.string()), ("category", pa.string()), ("speakers", pa.list_(pa.string())),
+    ("question_date", pa.string()), ("rubric", pa.list_(pa.string())), ("step", pa.int32()), ("excluded", pa.bool_()), ("excluded_reason", pa.string()),
     # search
     ("search_status", pa.string()), ("search_http_status", pa.int32()), ("search_attempts", pa.int32()),
     ("search_retried_statuses", pa.list_(pa.int32())), ("search_latency_ms", pa.float64()),
@@ -56,7 +57,8 @@ QUESTION_SCHEMA = pa.schema([
     ("cost_usd", pa.float64()),
     # judge and lexical metrics
     ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
-    ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())), ("f1", pa.float64()),
+    ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())),
+    ("score", pa.float64()), ("score_detail", pa.string()), ("f1", pa.float64()),
     ("bleu1", pa.float64()), ("status", pa.string()),
 ])
 

@@ -84,7 +84,8 @@ def build_inputs(samples: list[Sample], ids: IdScheme) -> PipelineInputs:
         questions = []
         for q in sample.questions:
             row = empty_question_row()
-            row.update(sample_id=sample.sample_id, question_id=q.question_id, user_id=user_id,
+            row.update(dataset=ids.dataset, sample_id=sample.sample_id, question_date=q.question_date,
+                       rubric=list(q.rubric), step=q.step, question_id=q.question_id, user_id=user_id,
                        ref=ids.question_ref(sample.sample_id, q.question_id), question=q.question,
                        options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
                        category=q.category, speakers=list(sample.speakers), excluded=q.excluded_reason is not None,
@@ -131,6 +132,7 @@ def run_pipeline(
     f1_rule: str = "token",
     context_budget_tokens: int = 16_000,
     judge_runs: int = 1,
+    scorer: str = "binary_judge",
     options: PipelineOptions | None = None,
     on_progress: Callable[[dict[str, int]], None] | None = None,
 ) -> pl.DataFrame:
@@ -145,6 +147,7 @@ def run_pipeline(
         f1_rule: ``"locomo"`` or ``"token"`` (the dataset's lexical F1 definition).
         context_budget_tokens: token budget of the answer context (memories).
         judge_runs: how many times each answer is judged (mean and std of accuracy when > 1).
+        scorer: the dataset's scoring contract (:mod:`aml_ray.stages.scorers`).
         top_k: Top K sent with every Search.
         options: throughput knobs.
         on_progress: called about twice a second with ``{stage: done}`` counts.
@@ -166,7 +169,12 @@ def run_pipeline(
     judge_client = None if judge.offline else spawn_model_client(judge)
 
     def pool(in_flight: int) -> ActorPoolStrategy:
-        return ActorPoolStrategy(size=1, max_tasks_in_flight_per_actor=in_flight)
+        # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
+        # (each task = one input bundle; an async UDF runs up to 4 of its batches at once). Running
+        # `in_flight` tasks at once, with as many queued behind them, keeps the participant's semaphore
+        # (the only limiter) fed between tasks.
+        return ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=in_flight,
+                                 max_tasks_in_flight_per_actor=2 * in_flight)
 
     common = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
     n_blocks = max(1, len(inputs.sample_rows))
@@ -184,7 +192,7 @@ def run_pipeline(
     ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_size, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
                                                "prompt": judge_prompt, "f1_rule": f1_rule,
-                                               "judge_runs": judge_runs,
+                                               "judge_runs": judge_runs, "scorer": scorer,
                                                "tracker": tracker}, **common)
 
     writer = QuestionWriter(run_dir)

@@ -23,10 +23,10 @@ from aml_ray.datasets.registry import get_dataset
 from aml_ray.evidence import QUESTION_SCHEMA, RunDir, read_questions, to_table, write_json_atomic, write_parquet_atomic
 from aml_ray.prompts import load_prompt
 from aml_ray.scoring import aggregate
-from aml_ray.stages.judge import judge_rows
+from aml_ray.stages.scorers import get_scorer
 
 JUDGE_COLUMNS = ("verdict", "judge_raw", "judge_status", "judge_error", "judge_attempts", "judge_verdicts",
-                 "f1", "bleu1", "status")
+                 "score", "score_detail", "f1", "bleu1", "status")
 
 
 @dataclass
@@ -64,6 +64,7 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
     out = run_dir.root / "rejudge" / label
     if out.exists():
         raise ValueError(f"{out} exists: choose another --label")
+    scorer = get_scorer(spec.scorer)
     rows = read_questions(run_dir).to_dicts()
     for r in rows:
         if not r["excluded"]:
@@ -74,8 +75,8 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
         try:
             todo = [r for r in rows if not r["excluded"]]
             for i in range(0, len(todo), batch_size):
-                await judge_rows(todo[i:i + batch_size], endpoint=judge, model=model, prompt=judge_prompt,
-                                 f1_rule=spec.f1_rule, judge_runs=info.get("judge_runs", 1))
+                await scorer(todo[i:i + batch_size], endpoint=judge, model=model, prompt=judge_prompt,
+                             f1_rule=spec.f1_rule, max_parse_retries=2, judge_runs=info.get("judge_runs", 1))
         finally:
             if model is not None:
                 await model.aclose()

@@ -184,3 +184,18 @@ def test_latency_drops_nulls_and_nans_and_handles_empty():
     assert latency_summary(pl.Series([None, 12.0, float("nan")])) == {"p50": 12.0, "p95": 12.0, "n": 1}
     assert latency_summary([]) == {"p50": None, "p95": None, "n": 0}
     assert latency_summary([None, 7.0]) == {"p50": 7.0, "p95": 7.0, "n": 1}
+
+
+def test_partial_credit_from_score_column():
+    # a rubric scorer gives 1, 0.5 and 0; one question failed to answer: mean credit over all 4
+    rows = pl.DataFrame({
+        "dataset": ["beam"] * 4, "category": ["summarization"] * 4, "excluded": [False] * 4,
+        "status": ["scored", "scored", "scored", "answer_error"],
+        "verdict": [None] * 4, "score": [1.0, 0.5, 0.0, None],
+        "f1": [None] * 4, "bleu1": [None] * 4,
+    })
+    overall = aggregate(rows).filter(pl.col("category") == "overall").to_dicts()[0]
+    assert overall["accuracy"] == pytest.approx(1.5 / 4)
+    # population variance of [1, .5, 0, 0] is 0.171875 -> se = sqrt(0.171875 / 4)
+    assert overall["accuracy_se"] == pytest.approx((0.171875 / 4) ** 0.5)
+    assert overall["coverage"] == 0.75

@@ -43,6 +43,11 @@ class Question:
         evidence: source evidence ids (LoCoMo ``dia_id`` values), for audit only; never sent out.
         excluded_reason: why the question is not scored (e.g. ``"adversarial"``), or None if scored.
         options: multiple-choice options sent to Search, or None for open questions.
+        question_date: the question's reference time as text for the answer prompt (LongMemEval's
+            ``question_date``), or None.
+        rubric: rubric items for rubric-judged datasets (BEAM, CL-bench), else empty.
+        step: Streaming mode: the ingestion step (number of units added) at which the question is
+            searched; None outside Streaming.
     """
 
     question_id: str
@@ -53,6 +58,9 @@ class Question:
     evidence: tuple[str, ...] = ()
     excluded_reason: str | None = None
     options: tuple[str, ...] | None = None
+    question_date: str | None = None
+    rubric: tuple[str, ...] = ()
+    step: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ class DatasetSpec:
         f1_rule: lexical F1 definition: ``"locomo"`` (official per-category rules) or ``"token"``.
         track: the leaderboard track (``"textual"``).
         category_names: display names of the question categories.
+        scorer: the registered scoring contract (:mod:`aml_ray.stages.scorers`).
     """
 
     name: str
@@ -35,6 +36,7 @@ class DatasetSpec:
     f1_rule: str = "token"
     track: str = "textual"
     category_names: dict[str, str] = field(default_factory=dict)
+    scorer: str = "binary_judge"
 
 
 DATASETS: dict[str, DatasetSpec] = {

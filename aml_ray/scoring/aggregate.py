@@ -12,9 +12,11 @@ all of the dataset's non-excluded questions):
   ``judge_error``, ``search_error``) counts as WRONG for accuracy and as 0 for f1 and bleu1.
   A scored row with a null ``f1``/``bleu1`` also counts 0, and a scored row counts as correct only
   when its verdict is exactly ``"CORRECT"``.
-- ``coverage = n_scored / n_total``; ``accuracy = n_correct / n_total``;
-  ``accuracy_se = sqrt(accuracy * (1 - accuracy) / n_total)`` (binomial standard error over the same
-  denominator); ``f1`` and ``bleu1`` are sums over scored rows divided by ``n_total``.
+- Credit per question: the optional ``score`` column (partial credit in [0, 1] from rubric or option
+  scorers) when not null, else 1 for a CORRECT verdict; errors get 0.
+- ``coverage = n_scored / n_total``; ``accuracy = sum(credit) / n_total``;
+  ``accuracy_se = sqrt(var(credit) / n_total)`` with the population variance over the same denominator
+  (for 0/1 credit this is the binomial ``sqrt(p (1 - p) / n_total)``); ``f1`` and ``bleu1`` are sums over scored rows divided by ``n_total``.
 - A group with no non-excluded rows keeps its counts; its ratios are null.
 
 Example: 10 questions, 2 answer errors, 7 of the other 8 judged CORRECT -> accuracy 0.70 (not 0.875)
@@ -71,12 +73,16 @@ def _validate(df: pl.DataFrame) -> None:
 def _group_metrics() -> list[pl.Expr]:
     included = ~pl.col("excluded")
     scored = included & (pl.col("status") == "scored")
-    correct = scored & (pl.col("verdict") == "CORRECT").fill_null(False)
+    # Per-question credit in [0, 1]: the scorer's ``score`` when it gives one (rubric means, option
+    # match), else 1 for a CORRECT verdict; 0 for every error (it stays in the denominator).
+    verdict_credit = (pl.col("verdict") == "CORRECT").fill_null(False).cast(pl.Float64)
+    credit = pl.when(scored).then(pl.coalesce(pl.col("score"), verdict_credit)).otherwise(0.0)
     return [
         included.sum().cast(pl.Int64).alias("n_total"),
         scored.sum().cast(pl.Int64).alias("n_scored"),
         pl.col("excluded").sum().cast(pl.Int64).alias("n_excluded"),
-        correct.sum().cast(pl.Int64).alias("_n_correct"),
+        pl.when(included).then(credit).otherwise(0.0).sum().alias("_n_correct"),
+        pl.when(included).then(credit * credit).otherwise(0.0).sum().alias("_credit_sq"),
         pl.when(scored).then(pl.col("f1").fill_null(0.0)).otherwise(0.0).sum().alias("_f1_sum"),
         pl.when(scored).then(pl.col("bleu1").fill_null(0.0)).otherwise(0.0).sum().alias("_bleu1_sum"),
     ]
@@ -126,6 +132,7 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("excluded").cast(pl.Boolean),
         pl.col("status").cast(pl.String),
         pl.col("verdict").cast(pl.String),
+        (pl.col("score") if "score" in df.columns else pl.lit(None)).cast(pl.Float64).alias("score"),
         pl.col("f1").cast(pl.Float64),
         pl.col("bleu1").cast(pl.Float64),
     )
@@ -140,7 +147,8 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
             (pl.col("n_total") - pl.col("n_scored")).alias("n_errors"),
             _ratio("n_scored").alias("coverage"),
             accuracy.alias("accuracy"),
-            (accuracy * (1.0 - accuracy) / pl.col("n_total")).sqrt().alias("accuracy_se"),
+            ((_ratio("_credit_sq") - accuracy * accuracy).clip(lower_bound=0.0) / pl.col("n_total"))
+            .sqrt().alias("accuracy_se"),
             _ratio("_f1_sum").alias("f1"),
             _ratio("_bleu1_sum").alias("bleu1"),
             (pl.col("category") == OVERALL).alias("_is_overall"),

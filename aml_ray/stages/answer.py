@@ -51,7 +51,8 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
     if not todo:
         return
     batch = [[{"role": "user", "content": prompt.render(
-        question=r["question"], speakers=r["speakers"] or [],
+        question=r["question"], speakers=r["speakers"] or [], question_date=r["question_date"],
+        options=r["options"] or [],
         memory_blocks=speaker_blocks(ctx.memories, r["speakers"] or []))}] for r, ctx in todo]
     outcomes = await model.complete_batch(batch, max_tokens=ANSWER_MAX_TOKENS, prompt_sha256=prompt.sha256)
     for (r, _), o in zip(todo, outcomes):

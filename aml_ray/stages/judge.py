@@ -110,7 +110,7 @@ async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mod
 
 
 class JudgeStage:
-    """Ray Data stage around :func:`judge_rows`.
+    """Ray Data stage running the dataset's scoring contract (default :func:`judge_rows`).
 
     Args:
         endpoint: the judge model endpoint (offline when it has no base_url).
@@ -119,11 +119,15 @@ class JudgeStage:
         max_parse_retries: extra asks after an unparsable reply.
         f1_rule: the dataset's lexical F1 definition.
         judge_runs: how many times each answer is judged.
+        scorer: the registered scoring contract (:mod:`aml_ray.stages.scorers`), default ``binary_judge``.
         tracker: optional ``ProgressTracker`` actor handle.
     """
 
     def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, max_parse_retries: int = 2,
-                 f1_rule: str = "token", judge_runs: int = 1, tracker=None):
+                 f1_rule: str = "token", judge_runs: int = 1, scorer: str = "binary_judge", tracker=None):
+        from aml_ray.stages.scorers import get_scorer
+
+        self.scorer = get_scorer(scorer)
         if f1_rule not in F1_RULES:
             raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
         self.endpoint, self.tracker, self.f1_rule = endpoint, tracker, f1_rule
@@ -133,7 +137,7 @@ class JudgeStage:
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
-        await judge_rows(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt, f1_rule=self.f1_rule,
-                         max_parse_retries=self.max_parse_retries, judge_runs=self.judge_runs)
+        await self.scorer(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt, f1_rule=self.f1_rule,
+                          max_parse_retries=self.max_parse_retries, judge_runs=self.judge_runs)
         report(self.tracker, "judge", len(rows))
         return to_table(rows, QUESTION_SCHEMA)
