@@ -91,10 +91,19 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
     app = FastAPI(title="aml-ray reference memory (BM25)", version="1")
     app.state.store = store
     app.state.index = index
+    app.state.duplicate_adds = 0
 
     @app.get("/health")
     def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/stats")
+    def stats() -> dict[str, Any]:
+        """Counters for drills: stored memories, applied Add requests, re-sent Adds acknowledged
+        without storing (idempotency), and the faults injected when run as the chaos participant."""
+        chaos = getattr(app.state, "chaos", None)
+        return {**store.totals(), "duplicate_adds_acknowledged": app.state.duplicate_adds,
+                "faults_injected": dict(chaos.injected) if chaos else {}}
 
     @app.post("/add", dependencies=[Depends(check_auth)], response_model=AddResponseModel)
     def add(body: AddRequest) -> dict[str, Any]:
@@ -106,6 +115,8 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
                           "the same body, a new chunk needs a new request_id"}) from None
         if stored:
             index.mark_dirty(body.user_id)
+        else:
+            app.state.duplicate_adds += 1
         return {"success": True, "request_id": body.request_id, "user_id": body.user_id,
                 "session_id": body.session_id}
 

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-env", default=SECRET_ENV,
                    help=f"environment variable holding the secret (default {SECRET_ENV})")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--faults", default=None,
+                   help="inject faults (chaos participant), e.g. '429=0.05,503=0.05,drop=0.02,seed=1'; "
+                        "see aml_ray.reference.chaos")
     return p
 
 
@@ -79,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     from aml_ray.reference.app import create_app
 
     app = create_app(args.db, auth=auth, secret=secret)
+    served = app
+    if args.faults:
+        from aml_ray.reference.chaos import ChaosMiddleware, FaultPlan
+
+        try:
+            served = app.state.chaos = ChaosMiddleware(app, FaultPlan.parse(args.faults))
+        except ValueError as exc:
+            print(f"error: --faults: {exc}", file=sys.stderr)
+            return 2
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the listening
     # socket says so; without it every keep-alive response waits ~40 ms (Nagle + delayed ACK).
@@ -88,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     sock.listen(2048)
     sock.set_inheritable(True)
     try:
-        asyncio.run(_serve(app, sock, args.log_level))
+        asyncio.run(_serve(served, sock, args.log_level))
     except KeyboardInterrupt:
         pass
     finally:
@@ -113,10 +125,13 @@ class ReferenceServer:
         host: bind address (default loopback).
         startup_timeout: seconds to wait for ``READY`` and a healthy ``GET /health``.
         db_path: database file, overriding ``directory / "reference.sqlite3"``.
+        faults: a fault spec (:mod:`aml_ray.reference.chaos`) to run it as the chaos participant.
     """
 
     def __init__(self, directory: Path, *, auth: str | None = None, secret: str | None = None,
-                 host: str = "127.0.0.1", startup_timeout: float = 30.0, db_path: Path | None = None):
+                 host: str = "127.0.0.1", startup_timeout: float = 30.0, db_path: Path | None = None,
+                 faults: str | None = None):
+        self.faults = faults
         self.directory = Path(directory)
         self.db_path = Path(db_path) if db_path else self.directory / DB_NAME
         self.auth = None if auth in (None, "none") else auth
@@ -147,6 +162,15 @@ class ReferenceServer:
         if self.base_url is None:
             raise RuntimeError("ReferenceServer is not running; use start() or a with-block")
         return self.base_url
+
+    @property
+    def stats_url(self) -> str:
+        """URL of ``GET /stats`` (store counters and injected faults)."""
+        return f"{self._base()}/stats"
+
+    def stats(self) -> dict:
+        """``GET /stats``: ``{memories, requests_applied, duplicate_adds_acknowledged, faults_injected}``."""
+        return httpx.get(self.stats_url, timeout=10.0).json()
 
     def auth_headers(self) -> dict[str, str]:
         """Headers that authenticate against this server (empty without auth).
@@ -186,6 +210,8 @@ class ReferenceServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "aml_ray.reference", "--host", self.host, "--port", "0",
                "--db", str(self.db_path), "--auth", self.auth or "none", "--secret-env", SECRET_ENV]
+        if self.faults:
+            cmd += ["--faults", self.faults]
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
         if self.auth is not None:

@@ -184,6 +184,21 @@ class MemoryStore:
             return self._conn.execute("SELECT COUNT(*) FROM memories WHERE user_id = ?",
                                       (user_id,)).fetchone()[0]
 
+    def totals(self) -> dict[str, int]:
+        """Store-wide counters for drills.
+
+        Returns:
+            ``memories`` (rows), ``requests_applied`` (distinct Add request_ids stored) and
+            ``duplicate_messages``: rows minus distinct (user_id, content, timestamp_ms), i.e. messages
+            stored more than once, which an idempotent platform never causes.
+        """
+        with self._lock:
+            memories, distinct = self._conn.execute(
+                "SELECT COUNT(*), (SELECT COUNT(*) FROM (SELECT DISTINCT user_id, content, timestamp_ms "
+                "FROM memories)) FROM memories").fetchone()
+            applied = self._conn.execute("SELECT COUNT(*) FROM applied_requests").fetchone()[0]
+        return {"memories": memories, "requests_applied": applied, "duplicate_messages": memories - distinct}
+
     def close(self) -> None:
         """Close the connection."""
         with self._lock:
