@@ -113,6 +113,17 @@ def pipeline_code_hash() -> str:
     return h.hexdigest()
 
 
+def retries_by_status(statuses: pl.Series) -> dict[str, int]:
+    """Count retried attempts by the status that caused them (``transport`` for timeouts/connection errors).
+
+    Args:
+        statuses: a list column of retried statuses per request (0 = transport error).
+    """
+    flat = statuses.explode().drop_nulls()
+    counts = flat.value_counts(sort=True)
+    return {("transport" if int(v) == 0 else str(int(v))): int(n) for v, n in counts.iter_rows()}
+
+
 def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
     """Context tokens, model token usage, cost and the repeated-judging summary for run.json.
 
@@ -227,9 +238,12 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         evidence={"add_rows": adds.height, "question_rows": questions.height},
         adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
               "retried": int((adds["attempts"] > 1).sum()),
+              "retries_by_status": retries_by_status(adds["retried_statuses"]),
               "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"])},
         search={"latency_ms": latency_summary(search_lat),
-                "retried": int((questions["search_attempts"].fill_null(0) > 1).sum())},
+                "retried": int((questions["search_attempts"].fill_null(0) > 1).sum()),
+                "failed": int((questions["search_status"] == "error").sum()),
+                "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
         **usage_summary(questions),
     )
     write_json_atomic({"run_id": cfg.run_id, "offline_models": info["offline_models"], "models": info["models"],
