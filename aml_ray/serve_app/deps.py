@@ -46,7 +46,10 @@ def get_service(request: Request) -> Service:
 
 
 def db_session(service: Annotated[Service, Depends(get_service)]) -> Iterator[Session]:
-    """A session for one request: committed when the route returns, rolled back when it raises."""
+    """A session for one request: committed when the route returns, rolled back when it raises.
+
+    Used through :data:`SessionDep`, so the commit happens before the response is sent.
+    """
     with service.sessions() as session:
         try:
             yield session
@@ -63,7 +66,12 @@ def _bearer(authorization: str | None) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def optional_key(session: Annotated[Session, Depends(db_session)],
+#: Commit before the response is sent ("function" scope): a client that reads its own write right after
+#: a 201 must find it (the default "request" scope commits only after the response went out).
+SessionDep = Annotated[Session, Depends(db_session, scope="function")]
+
+
+def optional_key(session: SessionDep,
                  authorization: Annotated[str | None, Header()] = None) -> LeaderboardKey | None:
     """The caller's key when one is sent; 401 when one is sent but is not valid."""
     if authorization is None:
@@ -100,7 +108,6 @@ def require_admin(service: Annotated[Service, Depends(get_service)],
     return ADMIN_ACTOR
 
 
-SessionDep = Annotated[Session, Depends(db_session)]
 KeyDep = Annotated[LeaderboardKey, Depends(current_key)]
 AdminDep = Annotated[str, Depends(require_admin)]
 ServiceDep = Annotated[Service, Depends(get_service)]

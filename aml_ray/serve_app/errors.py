@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aml_ray.security import EndpointRejected
@@ -42,6 +43,11 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(exc, QuotaExceeded) and exc.available_at is not None:
             return error(exc.status_code, exc.reason, available_at=exc.available_at.isoformat())
         return error(exc.status_code, exc.reason)
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_req: Request, exc: IntegrityError) -> JSONResponse:
+        # a uniqueness race the queries' own checks did not see (e.g. two identical requests at once)
+        return error(409, "conflicting concurrent request: it duplicates an existing record; retry")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
