@@ -89,6 +89,7 @@ class RawReply:
         retry_after: the ``Retry-After`` header, if any.
         error: transport failure class name (``ConnectError``, ``ReadTimeout``...), else None.
         elapsed_ms: wall time in milliseconds.
+        detail: the transport failure's message (e.g. ``Cannot connect to host ...``), else "".
     """
 
     status: int | None
@@ -97,6 +98,11 @@ class RawReply:
     retry_after: str | None = None
     error: str | None = None
     elapsed_ms: float = 0.0
+    detail: str = ""
+
+    def failure(self) -> str:
+        """``ConnectError: Cannot connect to host ...`` for a transport failure."""
+        return f"{self.error}: {self.detail}" if self.detail else str(self.error)
 
 
 @dataclass
@@ -159,7 +165,9 @@ class RawHTTP:
             resp = await self._client.request(method, url, headers=hdrs,
                                               content=body_bytes(payload) if payload is not None else None)
         except httpx.TransportError as exc:
-            return RawReply(None, error=type(exc).__name__, elapsed_ms=(time.perf_counter() - t0) * 1000)
+            # httpx-aiohttp reports a refused connection as ConnectTimeout; the message tells the truth.
+            return RawReply(None, error=type(exc).__name__, elapsed_ms=(time.perf_counter() - t0) * 1000,
+                            detail=str(exc)[:160])
         elapsed = (time.perf_counter() - t0) * 1000
         text = resp.text[:300]
         if self._redact:
@@ -261,7 +269,7 @@ class Probe:
         body = SearchRequest(query=query, user_id=user_id, top_k=top_k).to_body()
         r = await self.raw.request("POST", self.spec.search_url, body, self.spec.auth_headers())
         if r.status is None:
-            return SearchReply(None, None, f"no reply ({r.error})")
+            return SearchReply(None, None, f"no reply ({r.failure()})")
         data = r.body.get("data") if isinstance(r.body, dict) else None
         if r.status != 200 or not isinstance(data, list):
             return SearchReply(r.status, None, f"HTTP {r.status}: {r.text[:160]!r}")

@@ -1,0 +1,209 @@
+"""A small loopback participant that breaks chosen rules of the AML contract, for the conformance tests.
+
+``BadParticipant("success_string")`` serves ``POST /add``, ``POST /search`` and ``GET /health`` on a
+free 127.0.0.1 port (:class:`tests.servers.ThreadServer`) and misbehaves only in the chosen ways; with no
+mode it follows the contract. Retrieval is word overlap (lower-case ``\\w+`` words minus a few
+stopwords), score = number of shared words, most relevant first, never an item without a shared word.
+
+Modes (see :data:`MODES`): wrong echo, ``success`` as a string, top_k+1 items, user_id leaks (all
+users / case-insensitive / prefix-suffix), writes visible 1 s after the Add's 200, duplicates on a
+repeated request_id, unstable ids, non-numeric or increasing score, unparsable created_at, refused
+timestamps, 5xx or 429 (with or without Retry-After) above capacity, errors for an unknown user, Health
+down, a key that is never compared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import re
+import secrets
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import SecretStr
+
+from aml_ray.actors.participant import ParticipantSpec
+from tests.servers import ThreadServer
+
+#: Misbehaviour -> what it does.
+MODES: dict[str, str] = {
+    "wrong_echo": "Add echoes request_id/user_id/session_id with surrounding whitespace stripped",
+    "success_string": 'Add answers "success": "true" (a string)',
+    "top_k_plus_one": "Search returns top_k + 1 items when it has that many",
+    "leak_all": "Search ignores user_id",
+    "leak_case": "Search compares user_id case-insensitively",
+    "leak_suffix": "Search matches a user_id that is a prefix or extension of the stored one",
+    "no_ryw": "a write becomes searchable 1 s after the Add's 200",
+    "duplicate_request": "a repeated request_id is stored again",
+    "unstable_ids": "ids are random on every Search",
+    "score_string": "score is a string",
+    "score_increasing": "score rises down the list (1, 2, 3...)",
+    "bad_created_at": "created_at is 'sometime last week'",
+    "reject_timestamp": "an Add whose messages carry timestamp gets 422",
+    "burst_5xx": "503 while more than `capacity` requests are in flight",
+    "burst_429": "429 with Retry-After while more than `capacity` requests are in flight",
+    "burst_429_no_retry_after": "429 without Retry-After while more than `capacity` requests are in flight",
+    "unknown_user_500": "Search for a user_id with no memories answers 500",
+    "unknown_user_404": "Search for a user_id with no memories answers 404, echoing the Authorization header",
+    "health_down": "GET /health answers 503",
+    "accept_any_secret": "any key is accepted as long as the scheme is right",
+}
+_STOP = frozenset("a an and at did i is my of on the this to what when where which according".split())
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP}
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, capacity: int) -> FastAPI:
+    """The misbehaving app (state in the closure; one app per test)."""
+    memories: list[dict[str, Any]] = []
+    applied: set[str] = set()
+    counter = itertools.count()
+    inflight = 0
+    bursty = modes & {"burst_5xx", "burst_429", "burst_429_no_retry_after"}
+    app = FastAPI()
+
+    def auth_error(request: Request) -> JSONResponse | None:
+        if not auth:
+            return None
+        if auth == "X-Api-Key":
+            given = request.headers.get("x-api-key")
+        else:
+            scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
+            if scheme != auth:
+                given = None
+        if given is None or ("accept_any_secret" not in modes
+                             and not hmac.compare_digest(given.encode(), (secret or "").encode())):
+            return JSONResponse({"detail": {"reason": "invalid credentials"}}, status_code=401)
+        return None
+
+    async def gate(request: Request, handler) -> JSONResponse:
+        nonlocal inflight
+        inflight += 1
+        try:
+            if bursty:
+                if inflight > capacity:
+                    await asyncio.sleep(0.01)
+                    if "burst_5xx" in modes:
+                        return JSONResponse({"detail": "overloaded"}, status_code=503)
+                    headers = {} if "burst_429_no_retry_after" in modes else {"Retry-After": "1"}
+                    return JSONResponse({"detail": "slow down"}, status_code=429, headers=headers)
+                await asyncio.sleep(0.03)  # lets concurrent requests pile up
+            denied = auth_error(request)
+            if denied is not None:
+                return denied
+            return handler(await request.json(), request)
+        finally:
+            inflight -= 1
+
+    def do_add(body: dict[str, Any], _request: Request) -> JSONResponse:
+        rid, uid, sid = body["request_id"], body["user_id"], body["session_id"]
+        if "reject_timestamp" in modes and any("timestamp" in m for m in body["messages"]):
+            return JSONResponse({"detail": "timestamp not supported"}, status_code=422)
+        if rid not in applied or "duplicate_request" in modes:
+            applied.add(rid)
+            visible_at = time.monotonic() + (1.0 if "no_ryw" in modes else 0.0)
+            for m in body["messages"]:
+                ms = m.get("timestamp") or int(time.time() * 1000)
+                memories.append({"id": f"mem_{next(counter)}", "user_id": uid, "content": m["content"],
+                                 "created_at": _iso(ms), "visible_at": visible_at})
+        echo = (lambda s: s.strip()) if "wrong_echo" in modes else (lambda s: s)
+        return JSONResponse({"success": "true" if "success_string" in modes else True,
+                             "request_id": echo(rid), "user_id": echo(uid), "session_id": echo(sid)})
+
+    def same_user(stored: str, asked: str) -> bool:
+        if "leak_all" in modes:
+            return True
+        if "leak_case" in modes:
+            return stored.lower() == asked.lower()
+        if "leak_suffix" in modes:
+            return stored.startswith(asked) or asked.startswith(stored)
+        return stored == asked
+
+    def do_search(body: dict[str, Any], request: Request) -> JSONResponse:
+        uid, top_k, query = body["user_id"], body["top_k"], _words(body["query"])
+        if not any(m["user_id"] == uid for m in memories):
+            if "unknown_user_500" in modes:
+                return JSONResponse({"detail": "user not found"}, status_code=500)
+            if "unknown_user_404" in modes:
+                echoed = request.headers.get("authorization")  # a careless error page
+                return JSONResponse({"detail": f"no memories (authorization: {echoed})"}, status_code=404)
+        now = time.monotonic()
+        scored = [(len(query & _words(m["content"])), i, m) for i, m in enumerate(memories)
+                  if same_user(m["user_id"], uid) and m["visible_at"] <= now]
+        ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
+        ranked = ranked[:top_k + 1 if "top_k_plus_one" in modes else top_k]
+        data = []
+        for pos, (score, _, m) in enumerate(ranked):
+            value: Any = float(score)
+            if "score_string" in modes:
+                value = str(value)
+            elif "score_increasing" in modes:
+                value = float(pos + 1)
+            data.append({"id": f"mem_{secrets.token_hex(4)}" if "unstable_ids" in modes else m["id"],
+                         "content": m["content"], "score": value,
+                         "created_at": "sometime last week" if "bad_created_at" in modes else m["created_at"]})
+        return JSONResponse({"data": data})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "down" if "health_down" in modes else "ok"},
+                            status_code=503 if "health_down" in modes else 200)
+
+    @app.post("/add")
+    async def add(request: Request) -> JSONResponse:
+        return await gate(request, do_add)
+
+    @app.post("/search")
+    async def search(request: Request) -> JSONResponse:
+        return await gate(request, do_search)
+
+    return app
+
+
+class BadParticipant:
+    """A misbehaving participant on a free loopback port, as a context manager.
+
+    Args:
+        *modes: names from :data:`MODES` (none: a participant that follows the contract).
+        auth: ``Token`` | ``Bearer`` | ``X-Api-Key`` or None.
+        secret: the key for ``auth``.
+        capacity: in-flight requests above which the ``burst_*`` modes refuse.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+
+    def __init__(self, *modes: str, auth: str | None = None, secret: str | None = None, capacity: int = 4):
+        unknown = set(modes) - set(MODES)
+        if unknown:
+            raise ValueError(f"unknown mode(s) {sorted(unknown)}; known: {sorted(MODES)}")
+        self.auth, self.secret, self.capacity = auth, secret, capacity
+        self._server = ThreadServer(create_app(frozenset(modes), auth=auth, secret=secret, capacity=capacity))
+        self.base_url = self._server.base_url
+
+    def __enter__(self) -> BadParticipant:
+        self._server.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.__exit__(*exc)
+
+    def spec(self, **kw: Any) -> ParticipantSpec:
+        """A ParticipantSpec for this server (with its auth and key unless overridden)."""
+        base: dict[str, Any] = {"add_url": f"{self.base_url}/add", "search_url": f"{self.base_url}/search",
+                                "health_url": f"{self.base_url}/health", "max_in_flight": self.capacity}
+        if self.auth:
+            base.update(auth=self.auth, secret=SecretStr(self.secret or ""))
+        return ParticipantSpec(**{**base, **kw})
