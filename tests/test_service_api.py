@@ -227,3 +227,22 @@ def test_cluster_serve_config_validates_and_points_at_the_deployment():
     module, _, attr = app.import_path.partition(":")
     assert module == deployment.__name__ and callable(getattr(deployment, attr))
     assert [d.name for d in app.deployments] == ["aml-service"]
+
+
+def test_smoke_runs_the_conformance_battery_first_and_stops_on_failure(tmp_path):
+    from aml_ray.serve_app.worker import JobWorker
+    from tests.bad_participants import BadParticipant
+
+    with BadParticipant("top_k_plus_one", auth="Bearer", secret=MSK) as bad, make_client(tmp_path) as client:
+        key, version_id = onboard(client, bad.base_url)
+        job = client.post("/api/jobs", json={"version_id": version_id, "mode": "smoke", "run_label": "s1",
+                                             "track": "textual"}, headers=bearer(key)).json()
+        JobWorker(client.app.state.service).run_job(job["id"])  # synchronously; no worker thread in these tests
+        status = client.get(f"/api/jobs/{job['id']}", headers=bearer(key)).json()
+    assert status["status"] == "failed"
+    assert status["error_summary"].startswith("conformance checks failed: top_k [data]")
+    report = status["conformance"]
+    outcomes = {c["name"]: c["outcome"] for c in report["checks"]}
+    assert outcomes["top_k"] == "fail" and outcomes["add_shape"] == "pass" and outcomes["isolation"] == "pass"
+    assert report["summary"]["exit_code"] == 1
+    assert MSK not in str(status)

@@ -114,6 +114,7 @@ class JobOut(BaseModel):
     progress: float
     stages: list[StageOut]
     error_summary: str | None
+    conformance: dict[str, Any] | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

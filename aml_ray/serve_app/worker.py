@@ -10,6 +10,8 @@ Error summaries are redacted: the decrypted secret is replaced wherever it could
 
 from __future__ import annotations
 
+import json
+
 import logging
 import queue
 import threading
@@ -119,6 +121,8 @@ class JobWorker:
             mode, track, run_label = job.mode, job.track, job.run_label
         dataset = TRACK_DATASETS[track][0]
         last_write = [0.0]
+        if mode == "smoke" and not self._smoke_conformance(job_id, spec, secret):
+            return
 
         def on_progress(kind: str, values: dict[str, int]) -> None:
             now = time.monotonic()
@@ -153,6 +157,28 @@ class JobWorker:
                 gate = publication_gate(session, job, table, facts, release_baseline(settings, track))
                 open_review(session, job, gate)
         log.info("job %s completed", job_id)
+
+    def _smoke_conformance(self, job_id: str, spec: ParticipantSpec, secret: SecretStr | None) -> bool:
+        """Run the conformance battery (aml_ray.conformance) first in a smoke job and store its report.
+
+        Issue 8 / seed workflow: a smoke whose required checks fail stops there, with the failing
+        checks as its error summary.
+
+        Returns:
+            True when every required check passed and the evaluation may start.
+        """
+        from aml_ray.conformance.runner import exit_code, run_checks_sync, summary
+
+        results = run_checks_sync(spec)
+        report = {"summary": summary(results), "checks": [r.to_dict() for r in results]}
+        report = json.loads(redact(json.dumps(report), secret))
+        with self.service.sessions.begin() as session:
+            get_job(session, job_id).conformance = report
+        if exit_code(results) == 0:
+            return True
+        failing = [f"{r.name} [{r.field}]: {r.message}" for r in results if r.blocking]
+        self._fail(job_id, redact("conformance checks failed: " + "; ".join(failing), secret))
+        return False
 
     def _fail(self, job_id: str, summary: str) -> None:
         with self.service.sessions.begin() as session:

@@ -158,6 +158,8 @@ class Job(Base):
     stage: Mapped[str] = mapped_column(String(32), default="queued")
     error_summary: Mapped[str | None] = mapped_column(Text)
     checklist: Mapped[dict[str, Any] | None] = mapped_column()
+    #: the conformance battery's report of a smoke job (aml_ray.conformance), JSON
+    conformance: Mapped[dict[str, Any] | None] = mapped_column()
     run_dir: Mapped[str | None] = mapped_column(String(1000))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()

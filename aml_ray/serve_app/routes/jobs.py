@@ -24,7 +24,7 @@ def job_out(job: Job) -> JobOut:
     return JobOut(id=job.id, version_id=job.version_id, mode=job.mode, track=job.track, run_label=job.run_label,
                   status=job.status, stage=job.stage, progress=round(progress, 4),
                   stages=[StageOut(stage=s.stage, done=s.done, total=s.total) for s in job.stages],
-                  error_summary=job.error_summary, created_at=job.created_at, started_at=job.started_at,
+                  error_summary=job.error_summary, conformance=job.conformance, created_at=job.created_at, started_at=job.started_at,
                   finished_at=job.finished_at)
 
 
