@@ -57,4 +57,7 @@ def _load_builtin() -> None:
 
 
 #: Modules whose import registers more scorers (rubric, option match ...).
-BUILTIN_SCORER_MODULES: list[str] = []
+BUILTIN_SCORER_MODULES: list[str] = [
+    "aml_ray.stages.rubric",
+    "aml_ray.stages.options",
+]

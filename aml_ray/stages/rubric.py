@@ -1,0 +1,547 @@
+"""Rubric judge (BEAM): an LLM rates every rubric item 1 / 0.5 / 0; the question's score is their mean.
+
+Source: mohammadtavakoli78/BEAM ``evaluation.py`` (``evaluate_<ability>``: one judge call per rubric item
+with ``unified_llm_judge_base_prompt``, score = sum / number of items; ``event_ordering_score``) and
+``src/prompts.py`` (the 1.0 / 0.5 / 0.0 scale); DESIGN.md "Scoring contracts" (BEAM: rubric judge,
+mean; event ordering adds Kendall tau x F1; an unparsable judge reply is retried a bounded number of
+times, then recorded as ``judge_error`` and kept in the denominator).
+
+Rules:
+
+- Every rubric item is judged on its own (prompt ``mode="item"``); the reply must hold a JSON
+  ``{"score": 1.0 | 0.5 | 0.0}`` (:func:`parse_rubric_score`). Upstream reads most abilities' scores
+  with ``int(...)``, which turns 0.5 into 0; here 0.5 counts as 0.5 for every ability, as the prompt's
+  scale says. Upstream leaves the prompt's ``<question>`` placeholder unfilled; here the question is
+  filled in.
+- An unparsable or empty reply is asked again, bypassing the reply cache, up to ``max_parse_retries``
+  times. A row with any item still unparsed gets ``status="judge_error"`` (score null, so it counts 0
+  and stays in the denominator); the items that did parse are kept in ``score_detail`` for audit.
+- ``score`` = mean of the item scores; ``verdict`` = ``CORRECT`` only for full marks, else ``WRONG``.
+- Event ordering (``category == "event_ordering"``) additionally: the answer is split into items (its
+  non-blank lines; upstream splits on ``"\\n"`` and keeps blank lines, which only add false positives);
+  one judge call (prompt ``mode="align"``) maps each answer item to the reference event it describes
+  (the rubric items, in gold order) or to none, each reference used once (upstream asks YES/NO per pair
+  and takes the first match; the result is the same kind of one-to-one alignment). Then
+  :func:`ordering_score`: precision / recall / F1 of the matched items, Kendall tau-b between the
+  reference and answer rankings over the union of items (unmatched items tied last, as upstream),
+  normalised ``(tau + 1) / 2``, and ``final = tau_norm * F1``. It is reported in
+  ``score_detail["ordering"]``; ``score`` stays the rubric mean. An alignment reply that stays
+  unparsable is recorded there as ``{"status": "judge_error"}`` (count it as 0 when averaging).
+- Offline (no judge endpoint) a lexical stand-in replaces the model (:func:`lexical_item_score`,
+  :func:`lexical_alignment`); it is this project's rule, not BEAM's, and the run says the models were
+  offline.
+- Lexical ``f1``/``bleu1`` are the best token F1 / BLEU-1 against the reference answer (when the
+  question has one), as for the binary judge.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aml_ray.scoring import bleu1, stemmed_tokens, token_f1
+from aml_ray.stages.judge import golds_of
+from aml_ray.stages.scorers import register_scorer
+
+#: Completion limit of one rubric-item or alignment reply.
+RUBRIC_MAX_TOKENS = 512
+#: The allowed item scores (BEAM's scale).
+ITEM_SCORES = (0.0, 0.5, 1.0)
+#: The BEAM ability whose answers are also scored for order.
+ORDERING_CATEGORY = "event_ordering"
+#: Offline stand-in: token recall of a rubric item in the answer for full / half credit.
+LEXICAL_FULL, LEXICAL_HALF = 0.8, 0.4
+#: Offline stand-in: token recall of a reference event in an answer item to count as the same event.
+LEXICAL_MATCH = 0.5
+
+_ERROR_EXCERPT_CHARS = 200
+_SCORE_LINE = re.compile(
+    r"""^[\s>*#_\-]*["']?score["']?[\s*_]*[:=][\s*_]*["']?(\d+(?:\.\d+)?|\.\d+)["']?[\s*_.,]*$""",
+    re.IGNORECASE | re.MULTILINE)
+_RUBRIC_PREFIX = re.compile(r"^\s*LLM response should [A-Za-z ]{1,40}?:\s*", re.IGNORECASE)
+_DECODER = json.JSONDecoder()
+
+
+class RubricParseError(ValueError):
+    """A rubric-judge reply holds no usable score (or alignment).
+
+    Attributes:
+        reply: the received reply, truncated to 200 characters.
+    """
+
+    def __init__(self, problem: str, reply: str | None) -> None:
+        excerpt = "" if reply is None else str(reply)[:_ERROR_EXCERPT_CHARS]
+        super().__init__(f"{problem}; received {excerpt!r}")
+        self.reply = excerpt
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+
+def _objects(text: str) -> list[Any]:
+    """Every outermost JSON (or Python-literal) object or list in ``text``, in order."""
+    found, i = [], 0
+    while True:
+        starts = [j for j in (text.find("{", i), text.find("[", i)) if j != -1]
+        if not starts:
+            return found
+        i = min(starts)
+        try:
+            obj, end = _DECODER.raw_decode(text, i)
+        except ValueError:
+            obj, end = None, None
+            close = {"{": "}", "[": "]"}[text[i]]
+            depth = 0
+            for k in range(i, min(len(text), i + 20_000)):
+                depth += text[k] == text[i]
+                depth -= text[k] == close
+                if depth == 0:
+                    try:
+                        obj, end = ast.literal_eval(text[i:k + 1]), k + 1
+                    except (ValueError, SyntaxError, MemoryError, RecursionError):
+                        pass
+                    break
+        if end is not None and isinstance(obj, (dict, list)):
+            found.append(obj)
+            i = end
+        else:
+            i += 1
+
+
+def _values(obj: Any, key: str) -> list[Any]:
+    """Values of every ``key`` (any case) in a decoded object, depth first."""
+    out: list[Any] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(k, str) and k.strip().lower() == key:
+                out.append(v)
+            else:
+                out.extend(_values(v, key))
+    elif isinstance(obj, list):
+        for v in obj:
+            out.extend(_values(v, key))
+    return out
+
+
+def _item_score(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        return None
+    return next((s for s in ITEM_SCORES if abs(number - s) < 1e-9), None)
+
+
+def parse_rubric_score(text: str | None) -> float:
+    """The score of one rubric-judge reply: 1.0, 0.5 or 0.0.
+
+    Accepted forms: a JSON object with a ``score`` key (alone, fenced, embedded in prose, nested, in a
+    list, or as a Python literal with single quotes; a numeric string value is read as a number), or a
+    line holding only ``score: <value>``. Several scores in one reply must agree.
+
+    Examples:
+        >>> parse_rubric_score('{"score": 0.5, "reason": "partly"}')
+        0.5
+        >>> parse_rubric_score("```json\\n[{'score': '1.0'}]\\n```")
+        1.0
+        >>> parse_rubric_score("Reason: the date is missing.\\nScore: 0")
+        0.0
+
+    Args:
+        text: the judge's reply, verbatim.
+
+    Returns:
+        The item score.
+
+    Raises:
+        RubricParseError: an empty reply, no score, a score that is not 1.0 / 0.5 / 0.0 (e.g. ``0.7``
+            or ``"high"``), or conflicting scores.
+    """
+    if text is None or not str(text).strip():
+        raise RubricParseError("empty judge reply", text)
+    reply = str(text)
+    raw = [v for obj in _objects(reply) for v in _values(obj, "score")]
+    if not raw:
+        raw = [m.group(1) for m in _SCORE_LINE.finditer(reply)]
+    if not raw:
+        raise RubricParseError('no score found (expected JSON {"score": 1.0|0.5|0.0})', reply)
+    scores = [_item_score(v) for v in raw]
+    if None in scores:
+        raise RubricParseError("a score is not one of 1.0, 0.5, 0.0", reply)
+    if len(set(scores)) > 1:
+        raise RubricParseError("conflicting scores in judge reply", reply)
+    return scores[0]  # type: ignore[return-value]
+
+
+def parse_alignment(text: str | None, n_answer: int, n_reference: int) -> list[int | None]:
+    """The alignment reply: for each answer item, the 0-based reference index it matches, or None.
+
+    The reply must hold a JSON object ``{"matches": [...]}`` with exactly ``n_answer`` entries, each a
+    1-based reference number or 0 / null for "none" (numeric strings are read as numbers). A reference
+    number given twice keeps its first answer item; later ones become None (each reference is matched
+    at most once, as upstream's ``align_with_llm``).
+
+    Examples:
+        >>> parse_alignment('{"matches": [2, 0, 1, 2]}', 4, 3)
+        [1, None, 0, None]
+
+    Args:
+        text: the judge's reply.
+        n_answer: how many answer items were sent.
+        n_reference: how many reference items were sent.
+
+    Returns:
+        One entry per answer item.
+
+    Raises:
+        RubricParseError: no ``matches`` list, a list of another length, or an entry that is not a
+            number in 0..``n_reference``.
+    """
+    if text is None or not str(text).strip():
+        raise RubricParseError("empty judge reply", text)
+    lists = [v for obj in _objects(str(text)) for v in _values(obj, "matches") if isinstance(v, list)]
+    if not lists:
+        raise RubricParseError('no "matches" list found', text)
+    if any(lst != lists[0] for lst in lists):
+        raise RubricParseError('conflicting "matches" lists', text)
+    entries = lists[0]
+    if len(entries) != n_answer:
+        raise RubricParseError(f'"matches" has {len(entries)} entries for {n_answer} answer items', text)
+    out: list[int | None] = []
+    used: set[int] = set()
+    for e in entries:
+        if e is None or (isinstance(e, str) and e.strip().lower() in ("", "none", "null")):
+            out.append(None)
+            continue
+        number = _reference_number(e)
+        if number is None or not 0 <= number <= n_reference:
+            raise RubricParseError(f"match {e!r} is not a reference number in 0..{n_reference}", text)
+        if number == 0 or number - 1 in used:
+            out.append(None)
+        else:
+            used.add(number - 1)
+            out.append(number - 1)
+    return out
+
+
+def _reference_number(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+# ------------------------------------------------------------------------------------------ ordering
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b rank correlation, with the tie correction.
+
+    ``tau_b = (P - Q) / sqrt((P + Q + T_y) * (P + Q + T_x))`` over all pairs ``i < j``: ``P`` pairs
+    ordered the same way in ``x`` and ``y`` (concordant), ``Q`` ordered oppositely (discordant), ``T_x``
+    tied in ``x`` only, ``T_y`` tied in ``y`` only; pairs tied in both count nowhere. Source: M. G.
+    Kendall, "The treatment of ties in ranking problems", Biometrika 33 (1945) 239-251; the same
+    statistic as ``scipy.stats.kendalltau(x, y, variant="b")``, which BEAM calls (scipy is not a
+    dependency here, and the O(n^2) count is exact for the few items of an ordering question).
+
+    Examples:
+        >>> kendall_tau_b([1, 2, 3, 4], [2, 1, 3, 4])
+        0.6666666666666666
+        >>> round(kendall_tau_b([1, 2, 3, 4], [1, 2, 3, 3]), 6)
+        0.912871
+
+    Args:
+        x: ranks (or any comparable numbers) of the items in one ordering.
+        y: the same items' ranks in the other ordering.
+
+    Returns:
+        tau-b in [-1, 1]; NaN when undefined (fewer than two items, or one side all tied).
+
+    Raises:
+        ValueError: ``x`` and ``y`` differ in length.
+    """
+    if len(x) != len(y):
+        raise ValueError(f"x and y must have the same length, got {len(x)} and {len(y)}")
+    p = q = tx = ty = 0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            dx, dy = (x[i] > x[j]) - (x[i] < x[j]), (y[i] > y[j]) - (y[i] < y[j])
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif dx == dy:
+                p += 1
+            else:
+                q += 1
+    denominator = math.sqrt((p + q + ty) * (p + q + tx))
+    return (p - q) / denominator if denominator else math.nan
+
+
+def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str, float]:
+    """BEAM's event-ordering score from an alignment (upstream ``event_ordering_score``).
+
+    The reference is events ``0 .. n_reference - 1`` in gold order; the answer is its items in answer
+    order, each replaced by the reference event it matches (``matches[k]``) or kept as its own unmatched
+    item. ``tp`` = matched events, ``fp`` = unmatched answer items, ``fn`` = unmatched events;
+    precision, recall, F1 from those. Over the union of items (reference events first, then unmatched
+    answer items), each ordering ranks its own items ``1, 2, ...`` and ties every item it lacks at
+    ``len(union) + 1``; tau-b between the two rank vectors (:func:`kendall_tau_b`) is normalised to
+    ``(tau + 1) / 2`` and ``final = tau_norm * f1``. Where tau-b is undefined (upstream then returns
+    NaN): a single item has nothing to order (``tau_norm`` 1.0), an empty answer gets 0.0 (its F1 is 0).
+
+    Examples:
+        >>> ordering_score(3, [0, 2, 1])["final"]  # all three events, one adjacent pair swapped
+        0.6666666666666666
+        >>> round(ordering_score(3, [0, 1, None])["final"], 4)  # two events in order, one extra item
+        0.5556
+
+    Args:
+        n_reference: number of reference events (rubric items), >= 1.
+        matches: per answer item, the 0-based reference index it matches or None; a reference index
+            appears at most once.
+
+    Returns:
+        ``{precision, recall, f1, tau_b, tau_norm, final}`` (``tau_b`` may be NaN).
+
+    Raises:
+        ValueError: ``n_reference < 1``, an index out of range, or an index used twice.
+    """
+    if n_reference < 1:
+        raise ValueError(f"n_reference must be >= 1, got {n_reference}")
+    used = [m for m in matches if m is not None]
+    if any(not 0 <= m < n_reference for m in used) or len(set(used)) != len(used):
+        raise ValueError(f"matches {list(matches)} must be distinct indices in 0..{n_reference - 1} or None")
+    reference = [("ref", i) for i in range(n_reference)]
+    system = [("ref", m) if m is not None else ("answer", k) for k, m in enumerate(matches)]
+    tp = len(used)
+    fp = len(system) - tp
+    fn = n_reference - tp
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    union = list(dict.fromkeys(reference + system))
+    tie = len(union) + 1
+
+    def ranks(seq: list[tuple[str, int]]) -> list[int]:
+        position = {item: i + 1 for i, item in enumerate(seq)}
+        return [position.get(u, tie) for u in union]
+
+    tau = kendall_tau_b(ranks(reference), ranks(system))
+    tau_norm = (tau + 1) / 2 if not math.isnan(tau) else 1.0 if len(union) < 2 else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "tau_b": tau, "tau_norm": tau_norm,
+            "final": tau_norm * f1}
+
+
+def answer_items(answer: str | None) -> list[str]:
+    """The items of an ordered answer: its non-blank lines, stripped, in order."""
+    return [line.strip() for line in str(answer or "").splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------ offline
+
+
+def _recall(needle: str, haystack: str) -> float:
+    tokens = set(stemmed_tokens(needle))
+    return len(tokens & set(stemmed_tokens(haystack))) / len(tokens) if tokens else 0.0
+
+
+def lexical_item_score(item: str, answer: str | None) -> float:
+    """Offline stand-in for the item judge (this project's rule, not BEAM's): token recall.
+
+    The item's ``"LLM response should <verb>:"`` prefix is dropped; the share of its normalised, stemmed
+    tokens found in the answer gives 1.0 at >= :data:`LEXICAL_FULL`, 0.5 at >= :data:`LEXICAL_HALF`, else 0.
+
+    Examples:
+        >>> lexical_item_score("LLM response should state: 8 weeks", "It is 8 weeks.")
+        1.0
+    """
+    recall = _recall(_RUBRIC_PREFIX.sub("", item), str(answer or ""))
+    return 1.0 if recall >= LEXICAL_FULL else 0.5 if recall >= LEXICAL_HALF else 0.0
+
+
+def lexical_alignment(reference: Sequence[str], items: Sequence[str]) -> list[int | None]:
+    """Offline stand-in for the alignment judge: each answer item, in order, takes the first unused
+    reference event whose token recall in the item is >= :data:`LEXICAL_MATCH` (greedy, as upstream)."""
+    used: set[int] = set()
+    out: list[int | None] = []
+    for item in items:
+        match = next((i for i, ref in enumerate(reference) if i not in used and _recall(ref, item) >= LEXICAL_MATCH),
+                     None)
+        if match is not None:
+            used.add(match)
+        out.append(match)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ judging
+
+
+async def _ask(model, prompts: list[str], parse: Callable[[str, int], Any], prompt_sha256: str,
+               max_parse_retries: int, first_uses_cache: bool) -> list[dict[str, Any]]:
+    """Ask every prompt, re-asking unparsable or empty replies (cache bypassed) up to the bound.
+
+    Returns, per prompt: ``{"value", "raw", "error", "attempts"}`` (``value`` None when it failed).
+    """
+    results = [{"value": None, "raw": None, "error": "not judged", "attempts": 0} for _ in prompts]
+    pending = list(range(len(prompts)))
+    for round_ in range(1 + max_parse_retries):
+        if not pending:
+            break
+        outcomes = await model.complete_batch([[{"role": "user", "content": prompts[i]}] for i in pending],
+                                              max_tokens=RUBRIC_MAX_TOKENS, prompt_sha256=prompt_sha256,
+                                              use_cache=first_uses_cache and round_ == 0)
+        still = []
+        for i, o in zip(pending, outcomes):
+            res = results[i]
+            res["attempts"] += o["attempts"]
+            res["raw"] = o["text"] or res["raw"]
+            if o["status"] != "ok":
+                res["error"] = o["error"]
+                if o["error"] == "empty reply":
+                    still.append(i)
+                continue
+            try:
+                res["value"], res["error"] = parse(o["text"], i), None
+            except RubricParseError as exc:
+                res["error"] = str(exc)
+                still.append(i)
+        pending = still
+    return results
+
+
+async def judge_rubric_items(rows: list[dict[str, Any]], *, model, prompt, max_parse_retries: int = 2,
+                             use_cache: bool = True) -> list[list[dict[str, Any]]]:
+    """Judge every rubric item of every row once; the building block of rubric scorers.
+
+    Args:
+        rows: answered question rows with ``question``, ``rubric`` and ``answer``.
+        model: an object with ``async complete_batch(batch, **kw)``; None for the offline stand-in.
+        prompt: the judge prompt, rendered with ``mode="item"``, ``question``, ``rubric_item``, ``answer``.
+        max_parse_retries: extra asks after an unparsable or empty reply.
+        use_cache: read the reply cache on the first ask (a repeated judging run passes False).
+
+    Returns:
+        Per row, per rubric item: ``{"item", "score" (None when it failed), "raw", "error", "attempts"}``.
+    """
+    pairs = [(r, item) for r in rows for item in (r["rubric"] or [])]
+    if model is None:
+        flat = [{"value": lexical_item_score(item, r["answer"]), "raw": "offline lexical stand-in", "error": None,
+                 "attempts": 0} for r, item in pairs]
+    else:
+        texts = [prompt.render(mode="item", question=r["question"], rubric_item=item, answer=r["answer"])
+                 for r, item in pairs]
+        flat = await _ask(model, texts, lambda text, _: parse_rubric_score(text), prompt.sha256,
+                          max_parse_retries, use_cache)
+    out, k = [], 0
+    for r in rows:
+        n = len(r["rubric"] or [])
+        out.append([{"item": item, "score": res["value"], "raw": res["raw"], "error": res["error"],
+                     "attempts": res["attempts"]} for item, res in zip(r["rubric"] or [], flat[k:k + n])])
+        k += n
+    return out
+
+
+async def _ordering(rows: list[dict[str, Any]], model, prompt, max_parse_retries: int) -> list[dict[str, Any]]:
+    items = [answer_items(r["answer"]) for r in rows]
+    refs = [list(r["rubric"] or []) for r in rows]
+    if model is None:
+        aligned = [{"value": lexical_alignment(ref, its), "error": None, "attempts": 0} for ref, its in zip(refs, items)]
+    else:
+        ask = [k for k, its in enumerate(items) if its]
+        texts = [prompt.render(mode="align", question=rows[k]["question"], reference_items=refs[k],
+                               answer_items=items[k]) for k in ask]
+        got = await _ask(model, texts, lambda text, i: parse_alignment(text, len(items[ask[i]]), len(refs[ask[i]])),
+                         prompt.sha256, max_parse_retries, True)
+        aligned = [{"value": [], "error": None, "attempts": 0} for _ in rows]
+        for k, res in zip(ask, got):
+            aligned[k] = res
+    out = []
+    for ref, its, res in zip(refs, items, aligned):
+        if res["value"] is None:
+            out.append({"status": "judge_error", "error": res["error"], "attempts": res["attempts"]})
+        else:
+            out.append({"status": "ok", **ordering_score(len(ref), res["value"]), "matches": res["value"],
+                        "answer_items": len(its), "attempts": res["attempts"]})
+    return out
+
+
+def _mean(scores: list[float]) -> float:
+    return sum(scores) / len(scores)
+
+
+@register_scorer("rubric_judge")
+async def rubric_rows(rows: list[dict[str, Any]], *, endpoint, model, prompt, f1_rule: str = "token",
+                      max_parse_retries: int = 2, judge_runs: int = 1) -> None:
+    """Score question rows with the rubric judge (rules in the module docstring), in place.
+
+    Fills, per the row conventions of :func:`aml_ray.stages.judge.judge_rows`: ``score`` (mean item
+    score), ``verdict`` (CORRECT only for full marks), ``score_detail`` (JSON: ``items`` with each
+    item's score and error, ``run_scores`` with every judging run's mean, and ``ordering`` for event
+    ordering), ``judge_raw`` (JSON list of the first run's replies), ``judge_status``/``judge_error``/
+    ``judge_attempts``/``judge_verdicts``, ``f1``/``bleu1`` and the final ``status``.
+
+    Args:
+        rows: question rows after Answer, each with a non-empty ``rubric``.
+        endpoint: the judge endpoint; offline uses the lexical stand-in.
+        model: an object with ``async complete_batch(batch, **kw)``; None when offline.
+        prompt: the judge prompt (``beam_rubric_judge``), rendered with ``mode="item"`` / ``"align"``.
+        f1_rule: accepted for the scorer signature; the lexical F1 is always the token F1.
+        max_parse_retries: extra asks after an unparsable or empty reply.
+        judge_runs: how many times every item is judged (runs after the first bypass the cache); the
+            first run gives ``score``, every run's mean goes to ``score_detail["run_scores"]``.
+
+    Raises:
+        ValueError: ``judge_runs < 1``.
+    """
+    if judge_runs < 1:
+        raise ValueError(f"judge_runs must be >= 1, got {judge_runs}")
+    model = None if endpoint.offline else model
+    answered = [r for r in rows if r["answer_status"] == "ok"]
+    judgeable = [r for r in answered if r["rubric"]]
+    for r in answered:
+        if not r["rubric"]:
+            r.update(verdict=None, score=None, judge_status="error", judge_error="the question has no rubric items",
+                     judge_attempts=0, judge_verdicts=["judge_error"])
+    runs = [await judge_rubric_items(judgeable, model=model, prompt=prompt, max_parse_retries=max_parse_retries,
+                                     use_cache=(n == 0)) for n in range(judge_runs)]
+    ordered = [r for r in judgeable if r["category"] == ORDERING_CATEGORY]
+    orderings = dict(zip(map(id, ordered), await _ordering(ordered, model, prompt, max_parse_retries)))
+    for i, r in enumerate(judgeable):
+        items = runs[0][i]
+        failed = next((k for k, it in enumerate(items) if it["score"] is None), None)
+        run_scores = [None if any(it["score"] is None for it in run[i]) else _mean([it["score"] for it in run[i]])
+                      for run in runs]
+        detail: dict[str, Any] = {"items": [{k: it[k] for k in ("item", "score", "error", "attempts")} for it in items],
+                                  "run_scores": run_scores}
+        if id(r) in orderings:
+            detail["ordering"] = orderings[id(r)]
+        score = run_scores[0]
+        r.update(score=score, verdict=None if score is None else "CORRECT" if score == 1.0 else "WRONG",
+                 score_detail=json.dumps(detail), judge_raw=json.dumps([it["raw"] for it in items]),
+                 judge_status="ok" if failed is None else "error",
+                 judge_error=None if failed is None else f"rubric item {failed + 1}: {items[failed]['error']}",
+                 judge_attempts=sum(it["attempts"] for run in runs for it in run[i])
+                 + int(detail.get("ordering", {}).get("attempts", 0)),
+                 judge_verdicts=["judge_error" if s is None else "CORRECT" if s == 1.0 else "WRONG"
+                                 for s in run_scores])
+    for r in rows:
+        if r["answer_status"] == "ok" and r.get("gold") is not None and json.loads(r["gold"]) is not None:
+            golds = golds_of(r["gold"])
+            r["f1"] = max(token_f1(r["answer"], g) for g in golds)
+            r["bleu1"] = max(bleu1(r["answer"], g) for g in golds)
+        r["status"] = ("search_error" if r["search_status"] != "ok" else
+                       "answer_error" if r["answer_status"] != "ok" else
+                       "judge_error" if r["judge_status"] != "ok" else "scored")
