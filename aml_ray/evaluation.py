@@ -21,7 +21,6 @@ import polars as pl
 import aml_ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
-from aml_ray.datasets.fetch import sha256_file
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.evidence import RunDir, read_adds, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
@@ -30,6 +29,7 @@ from aml_ray.prompts import load_prompt
 from aml_ray.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
+from aml_ray.suite import path_sha256, verify_loaded_bundle
 
 
 @dataclass
@@ -179,6 +179,9 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                               "overwritten)")
     data_file = spec.resolve(cfg.data_path, cache_dir(), cfg.allow_hash_mismatch)
     samples = spec.load(data_file)
+    # the suite's count check (aml_ray.suite): refuses a pinned or unpinned bundle whose counts differ
+    bundle_info = verify_loaded_bundle(spec.name, cfg.data_path or data_file, samples,
+                                       allow_hash_mismatch=cfg.allow_hash_mismatch)
     if cfg.limit_samples is not None:
         if cfg.limit_samples < 1:
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
@@ -192,7 +195,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         "run_id": cfg.run_id, "run_label": cfg.run_label, "status": "running",
         "started_at": datetime.now(timezone.utc).isoformat(),
         "dataset": {"name": spec.name, "track": spec.track, "file": str(data_file),
-                    "sha256": sha256_file(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
+                    "sha256": path_sha256(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
                     "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
                     "questions": inputs.n_questions, "scorable_questions": inputs.n_scorable,
                     "excluded_questions": len(inputs.excluded_rows),
@@ -200,7 +203,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
         "models": {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
         "offline_models": cfg.answer.offline or cfg.judge.offline,
-        "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
+        "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
         "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
         "package_version": aml_ray.__version__, "git_commit": _git_commit(),
         "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),

@@ -115,7 +115,14 @@ def _render_turn(turn: dict[str, Any]) -> str:
     return content
 
 
-def _sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
+def parse_sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
+    """The sessions of one LoCoMo-layout ``conversation`` dict (rules in the module docstring).
+
+    Shared with :mod:`aml_ray.datasets.locomo_refined`, which keeps this layout.
+
+    Raises:
+        ValueError: a malformed date, a turn by an unknown speaker, or a session with turns but no date.
+    """
     roles = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}
     numbered = sorted(
         (int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.match(key))
@@ -141,7 +148,8 @@ def _sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
     return tuple(sessions)
 
 
-def _evidence(raw: list[Any]) -> tuple[str, ...]:
+def parse_evidence(raw: list[Any]) -> tuple[str, ...]:
+    """Evidence ``dia_id`` values, with ``;``-packed entries (``"D8:6; D9:17"``) split."""
     return tuple(part.strip() for item in raw for part in str(item).split(";") if part.strip())
 
 
@@ -159,7 +167,7 @@ def _questions(sample_id: str, qa: list[dict[str, Any]], include_adversarial: bo
             question=item["question"],
             answer=answer,
             category=category,
-            evidence=_evidence(item.get("evidence", [])),
+            evidence=parse_evidence(item.get("evidence", [])),
             excluded_reason=excluded,
         ))
     return tuple(questions)
@@ -188,7 +196,7 @@ def parse_locomo(data: list[dict[str, Any]], *, include_adversarial: bool = Fals
         conv = item["conversation"]
         samples.append(Sample(
             sample_id=sample_id,
-            sessions=_sessions(sample_id, conv),
+            sessions=parse_sessions(sample_id, conv),
             questions=_questions(sample_id, item.get("qa", []), include_adversarial),
             speakers=(conv["speaker_a"], conv["speaker_b"]),
         ))

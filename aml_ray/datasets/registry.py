@@ -39,6 +39,37 @@ class DatasetSpec:
     scorer: str = "binary_judge"
 
 
+def _bundle_datasets() -> dict[str, DatasetSpec]:
+    """Datasets read from the datasets directory and verified against their suite bundle.
+
+    Their ``resolve`` is :func:`aml_ray.suite.resolve_bundle_path` (``--data`` or
+    ``$AML_DATASETS_DIR/<bundle path>``, sha256 checked against the suite's pin; no download: use
+    ``aml-ray datasets fetch``). The cache directory argument is not used.
+    """
+    from aml_ray.datasets import clbench, locomo_refined, longmemeval, personamem
+    from aml_ray.suite import resolve_bundle_path
+
+    def resolver(bundle: str) -> Callable[[Path | None, Path, bool], Path]:
+        return lambda data, cache, allow: resolve_bundle_path(bundle, data, allow)
+
+    lme = dict(load=longmemeval.load_longmemeval, answer_prompt="longmemeval_answer",
+               judge_prompt="longmemeval_judge", scorer="category_judge")
+    return {
+        "locomo_refined": DatasetSpec(name="locomo_refined", resolve=resolver("locomo_refined"),
+                                      load=locomo_refined.load_locomo_refined, answer_prompt="locomo_answer",
+                                      judge_prompt="locomo_refined_judge", f1_rule="locomo",
+                                      category_names=locomo_refined.CATEGORY_NAMES),
+        "longmemeval_s": DatasetSpec(name="longmemeval_s", resolve=resolver("longmemeval_s"), **lme),
+        "longmemeval_oracle": DatasetSpec(name="longmemeval_oracle", resolve=resolver("longmemeval_oracle"), **lme),
+        "personamem": DatasetSpec(name="personamem", resolve=resolver("personamem"), load=personamem.load_personamem,
+                                  answer_prompt="personamem_answer", judge_prompt="option_match",
+                                  scorer="single_choice"),
+        "clbench": DatasetSpec(name="clbench", resolve=resolver("clbench"), load=clbench.load_clbench,
+                               answer_prompt="clbench_answer", judge_prompt="clbench_judge",
+                               scorer="rubric_all_or_nothing"),
+    }
+
+
 DATASETS: dict[str, DatasetSpec] = {
     "locomo": DatasetSpec(
         name="locomo",
@@ -50,6 +81,7 @@ DATASETS: dict[str, DatasetSpec] = {
         f1_rule="locomo",
         category_names=locomo.CATEGORY_NAMES,
     ),
+    **_bundle_datasets(),
 }
 
 

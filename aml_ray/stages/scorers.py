@@ -58,6 +58,9 @@ def _load_builtin() -> None:
 
 #: Modules whose import registers more scorers (rubric, option match ...).
 BUILTIN_SCORER_MODULES: list[str] = [
+    "aml_ray.stages.category_judge",
+    "aml_ray.stages.single_choice",
+    "aml_ray.stages.rubric_all_or_nothing",
     "aml_ray.stages.rubric",
     "aml_ray.stages.options",
 ]
