@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aml_ray.datasets import locomo
+from aml_ray.datasets import beam, locomo, scriptmem
 from aml_ray.datasets.base import Sample
 
 
@@ -80,6 +80,25 @@ DATASETS: dict[str, DatasetSpec] = {
         judge_prompt="locomo_judge",
         f1_rule="locomo",
         category_names=locomo.CATEGORY_NAMES,
+    ),
+    "beam": DatasetSpec(
+        name="beam",
+        resolve=lambda data, cache, allow: beam.resolve_beam(data, cache_dir=cache, allow_hash_mismatch=allow),
+        load=beam.load_beam,
+        answer_prompt="beam_answer",
+        judge_prompt="beam_rubric_judge",
+        category_names=beam.CATEGORY_NAMES,
+        scorer="rubric_judge",
+    ),
+    "scriptmem": DatasetSpec(
+        name="scriptmem",
+        resolve=lambda data, cache, allow: scriptmem.resolve_scriptmem(data, cache_dir=cache,
+                                                                       allow_hash_mismatch=allow),
+        load=scriptmem.load_scriptmem,
+        answer_prompt="scriptmem_answer",
+        judge_prompt="option_match",
+        category_names=scriptmem.CATEGORY_NAMES,
+        scorer="option_match",
     ),
     **_bundle_datasets(),
 }

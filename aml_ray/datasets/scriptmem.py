@@ -1,0 +1,377 @@
+"""ScriptMem adapter: ``questions.jsonl`` + the operator's script conversation file -> samples.
+
+Source: memorax-ai/ScriptMem @ :data:`SCRIPTMEM_COMMIT` (v1.0), ``data/public/questions.jsonl`` (pinned by
+:data:`QUESTIONS_SHA256`) and the layout of ``data/public/conversations.jsonl`` and ``data/README.md``;
+schema notes in ``shared/datasets/MANIFEST.md`` section 3.4. The script texts are **not** published (the
+published ``conversations.jsonl`` holds only a synthetic ``format_example``), so the conversation file is
+an operator input: a JSONL file in the published layout whose ``conversation`` objects hold the real
+sessions.
+
+Conversation file layout (one JSON object per line)::
+
+    {"conversation_id": "angry:conv-0", "source": "angry", "sample_id": "conv-0",
+     "conversation": {"speakers": [...], "session_1_date_time": "September 22, 1994",
+                      "session_1": [{"type": "dialogue", "speaker": "...", "dia_id": "D1:1", "text": "..."},
+                                    {"type": "narration", "speaker": null, "dia_id": "D1:2", "text": "..."}]}}
+
+The published placeholder wraps that object as ``"conversation": {"format_example": {...}}``; it is
+parsed the same way, but :func:`parse_scriptmem` refuses it (:class:`ScriptsNotPublished`) unless
+``allow_placeholder`` is set (tests), so no run scores 457 questions against a two-line example.
+
+Mapping decisions:
+
+- One sample per conversation (one per source script); ``sample_id = f"{source}-{sample_id}"``
+  (``angry-conv-0``; a ``:`` would make the platform ids ambiguous). ``speakers`` is left empty so the
+  answer prompt shows the memories as one block in the participant's order (a script has many
+  speakers, not a user and an assistant).
+- Sessions are the ``session_N`` lists in numeric order; a session without turns is skipped. A turn
+  becomes ``Message(role="user", content=...)``: ``"<speaker>: <text>"`` for ``type == "dialogue"``,
+  ``"[Narration] <text>"`` for ``type == "narration"`` (speaker null). The role only says the text is
+  input to remember; the speaker's name stays in the content. Another ``type``, a dialogue turn
+  without a speaker, or empty text raises ``ValueError`` naming the ``dia_id``.
+- Dates: ``session_N_date_time`` is ``"<Month> <d>, <yyyy>"`` (``"September 22, 1994"``), taken as
+  00:00 UTC, and a message's timestamp is that + its 0-based position in ms; or the literal
+  ``"Unknown"``, which the upstream README documents as the value for undated sessions: those messages
+  carry no timestamp (never the current time). Anything else raises ``ValueError``.
+- Questions (``questions.jsonl``): ``question_id`` is the upstream ``qa_id`` (``angry:conv-0#q0000``, the
+  id a ScriptMem submission uses); ``category`` is ``qa_type`` (``single_choice``, ``multi_select``,
+  ``ordering``: the scoring rule depends on it); ``options`` is the upstream ``option`` list
+  (``"A. ..."``), sent to Search as ``options``; ``answer`` (the gold, never sent) is the list of gold
+  letters ``answer_letters`` in order, checked against the letters of the gold option texts.
+  ``question`` is the upstream question text with its lettered option lines removed (they travel as
+  ``options``); the stem and the upstream answer-format sentence (which alone tells a multi-select from
+  a single choice) are kept unchanged.
+
+The pinned questions file holds 457 questions: single_choice 298, multi_select 123, ordering 36; by
+source friends 174, angry 99, enemy 94, man_earth 90 (:data:`EXPECTED_QA_TYPES`, :data:`EXPECTED_SOURCES`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from aml_ray.contract import Message
+from aml_ray.datasets.base import Question, Sample, Session
+from aml_ray.datasets.fetch import DatasetError, DatasetHashMismatch, verify_sha256
+
+#: Dataset name used in ids (``eval:<run>:scriptmem:<sample>``).
+DATASET = "scriptmem"
+SCRIPTMEM_REPO = "memorax-ai/ScriptMem"
+SCRIPTMEM_COMMIT = "22ac7e7e70124280d8af6100262ee7f88fff3436"
+QUESTIONS_URL = ("https://raw.githubusercontent.com/" + SCRIPTMEM_REPO + "/" + SCRIPTMEM_COMMIT
+                 + "/data/public/questions.jsonl")
+#: sha256 of the pinned ``questions.jsonl`` (MANIFEST appendix).
+QUESTIONS_SHA256 = "5d9625c59f60473f5a70183a83531bc90a9273ad869fea794cdde79924b3d0f3"
+QUESTIONS_FILE = "questions.jsonl"
+#: Default name of the conversation file inside a ScriptMem folder (the published layout's name).
+CONVERSATIONS_FILE = "conversations.jsonl"
+
+#: The three question types and the letter rule each is scored by (:mod:`aml_ray.stages.options`).
+QA_TYPES = ("single_choice", "multi_select", "ordering")
+CATEGORY_NAMES = {"single_choice": "single choice", "multi_select": "multi-select", "ordering": "ordering"}
+EXPECTED_QA_TYPES = {"single_choice": 298, "multi_select": 123, "ordering": 36}
+EXPECTED_SOURCES = {"friends": 174, "angry": 99, "enemy": 94, "man_earth": 90}
+#: The ``session_N_date_time`` value the upstream README documents for undated sessions.
+UNKNOWN_DATE = "Unknown"
+
+_SESSION_KEY = re.compile(r"^session_(\d+)$")
+_DATE = re.compile(r"^\s*([A-Za-z]+)\s+(\d{1,2}),?\s+(\d{4})\s*$")
+_MONTHS = {name: i for i, name in enumerate(
+    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
+     "october", "november", "december"], start=1)}
+_OPTION = re.compile(r"^([A-Z])\.\s")
+
+
+class ScriptsNotPublished(DatasetError, FileNotFoundError):
+    """The conversation file is the published placeholder (a synthetic ``format_example``), not scripts.
+
+    A ``FileNotFoundError``: the input the benchmark needs, the script texts, is absent.
+    """
+
+
+def parse_session_date(value: Any, *, where: str) -> int | None:
+    """Parse a ScriptMem ``session_N_date_time`` into UTC Unix milliseconds, or None for ``"Unknown"``.
+
+    Examples:
+        >>> parse_session_date("September 22, 1994", where="friends-conv-0 session_1")
+        780192000000
+        >>> parse_session_date("Unknown", where="angry-conv-0 session_1") is None
+        True
+
+    Args:
+        value: the field's value.
+        where: the sample and session, for the error message.
+
+    Returns:
+        Milliseconds since the epoch of that day's 00:00 UTC, or None for the literal ``"Unknown"``.
+
+    Raises:
+        ValueError: anything else (not a string, another format, an unknown month, an impossible day).
+    """
+    def bad(why: str) -> ValueError:
+        return ValueError(f"ScriptMem {where}: malformed session date {value!r} ({why}); expected a date "
+                          f"like 'September 22, 1994' or {UNKNOWN_DATE!r}")
+
+    if value == UNKNOWN_DATE:
+        return None
+    if not isinstance(value, str):
+        raise bad("not a string")
+    m = _DATE.match(value)
+    if not m:
+        raise bad("does not match '<Month> <d>, <yyyy>'")
+    month = _MONTHS.get(m.group(1).lower())
+    if month is None:
+        raise bad(f"unknown month {m.group(1)!r}")
+    try:
+        dt = datetime(int(m.group(3)), month, int(m.group(2)), tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    return int(dt.timestamp()) * 1000
+
+
+def _render_turn(turn: dict[str, Any], where: str) -> str:
+    kind, text, speaker = turn.get("type"), turn.get("text"), turn.get("speaker")
+    where = f"{where} turn {turn.get('dia_id')!r}"
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"ScriptMem {where}: empty or non-text 'text'")
+    if kind == "dialogue":
+        if not isinstance(speaker, str) or not speaker.strip():
+            raise ValueError(f"ScriptMem {where}: a dialogue turn needs a speaker")
+        return f"{speaker}: {text}"
+    if kind == "narration":
+        return f"[Narration] {text}"
+    raise ValueError(f"ScriptMem {where}: type {kind!r} is not 'dialogue' or 'narration'")
+
+
+def _sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
+    numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.match(key)))
+    sessions = []
+    for _, key in numbered:
+        turns = conv[key]
+        if not turns:
+            continue
+        date_key = f"{key}_date_time"
+        if date_key not in conv:
+            raise ValueError(f"ScriptMem {sample_id}: {key} has turns but no {date_key}")
+        start = parse_session_date(conv[date_key], where=f"{sample_id} {date_key}")
+        messages = tuple(
+            Message(role="user", content=_render_turn(turn, f"{sample_id} {key}"),
+                    timestamp=None if start is None else start + i)
+            for i, turn in enumerate(turns))
+        sessions.append(Session(key=key, index=len(sessions) + 1, started_at_ms=start,  # type: ignore[arg-type]
+                                messages=messages))
+    return tuple(sessions)
+
+
+def split_question(text: str, options: list[str], *, qa_id: str) -> str:
+    """The question text without its lettered option lines (stem and answer-format sentence kept).
+
+    Examples:
+        >>> split_question("Who spoke first?\\nA. Ross\\nB. Rachel\\nPlease answer (X).",
+        ...                ["A. Ross", "B. Rachel"], qa_id="friends:conv-0#q0000")
+        'Who spoke first?\\n\\nPlease answer (X).'
+
+    Args:
+        text: the upstream ``question``: stem, the options one per line, then the format sentence.
+        options: the upstream ``option`` list, in order.
+        qa_id: for the error message.
+
+    Returns:
+        ``stem + "\\n\\n" + format sentence`` (each stripped; the sentence may be empty).
+
+    Raises:
+        ValueError: the options are not found in order, each at the start of a line.
+    """
+    pos, first = 0, None
+    for option in options:
+        i = text.find(option, pos)
+        while i > 0 and text[i - 1] != "\n":
+            i = text.find(option, i + 1)
+        if i <= 0:
+            raise ValueError(f"ScriptMem question {qa_id}: option {option[:40]!r} is not on its own line, in "
+                             "order, in the question text")
+        first = i if first is None else first
+        pos = i + len(option)
+    stem, tail = text[:first].strip(), text[pos:].strip()
+    return f"{stem}\n\n{tail}" if tail else stem
+
+
+def _letters_of(answer: Any) -> list[str]:
+    parts = answer if isinstance(answer, list) else [answer]
+    letters = []
+    for part in parts:
+        m = _OPTION.match(str(part))
+        letters.append(m.group(1) if m else "?")
+    return letters
+
+
+def _question(item: dict[str, Any], sample_id: str) -> Question:
+    qa_id = item["qa_id"]
+    qa_type = item.get("qa_type")
+    if qa_type not in QA_TYPES:
+        raise ValueError(f"ScriptMem question {qa_id}: qa_type {qa_type!r} is not one of {QA_TYPES}")
+    options = item.get("option")
+    if not isinstance(options, list) or len(options) < 2:
+        raise ValueError(f"ScriptMem question {qa_id}: 'option' must list at least two options")
+    letters = [(_OPTION.match(str(o)) or [None, None])[1] for o in options]
+    if letters != [chr(ord("A") + i) for i in range(len(options))]:
+        raise ValueError(f"ScriptMem question {qa_id}: options must be lettered A., B., ... in order")
+    gold = item.get("answer_letters")
+    if not isinstance(gold, list) or not gold or not set(gold) <= set(letters) or len(set(gold)) != len(gold):
+        raise ValueError(f"ScriptMem question {qa_id}: answer_letters {gold!r} must be distinct option letters")
+    if gold != _letters_of(item.get("answer")):
+        raise ValueError(f"ScriptMem question {qa_id}: answer_letters {gold} disagree with the gold option "
+                         f"texts {_letters_of(item.get('answer'))}")
+    if qa_type == "single_choice" and len(gold) != 1:
+        raise ValueError(f"ScriptMem question {qa_id}: a single_choice question needs exactly one gold letter")
+    return Question(question_id=qa_id, sample_id=sample_id,
+                    question=split_question(item["question"], options, qa_id=qa_id),
+                    answer=list(gold), category=qa_type, options=tuple(options))
+
+
+def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[str, Any]], *,
+                    allow_placeholder: bool = False) -> list[Sample]:
+    """Join the questions with their conversations (mapping rules in the module docstring).
+
+    Args:
+        questions: the decoded lines of ``questions.jsonl``.
+        conversations: the decoded lines of the conversation file.
+        allow_placeholder: accept the published ``format_example`` placeholder (for tests; the samples
+            are then the synthetic example, not the scripts).
+
+    Returns:
+        One sample per conversation that has questions, in conversation-file order; each sample's
+        questions in ``questions.jsonl`` order.
+
+    Raises:
+        ScriptsNotPublished: a conversation is the published ``format_example`` and placeholders are
+            not allowed.
+        ValueError: a question whose ``conversation_id`` has no conversation (the message lists the
+            missing ids), a duplicate conversation, or any malformed field.
+    """
+    by_conversation: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in questions:
+        by_conversation[item["conversation_id"]].append(item)
+    convs: dict[str, dict[str, Any]] = {}
+    for line in conversations:
+        cid = line.get("conversation_id") or f"{line['source']}:{line['sample_id']}"
+        if cid in convs:
+            raise ValueError(f"ScriptMem conversation file: {cid!r} appears twice")
+        convs[cid] = line
+    missing = sorted(set(by_conversation) - set(convs))
+    if missing:
+        raise ValueError(f"ScriptMem: the conversation file has no conversation for {missing} "
+                         f"({sum(len(by_conversation[m]) for m in missing)} questions); it must hold every "
+                         "script the questions are about")
+    samples = []
+    for cid, line in convs.items():
+        if cid not in by_conversation:
+            continue
+        conv = line.get("conversation")
+        if not isinstance(conv, dict):
+            raise ValueError(f"ScriptMem conversation {cid!r}: 'conversation' must be an object")
+        if "format_example" in conv:
+            if not allow_placeholder:
+                raise ScriptsNotPublished(
+                    f"ScriptMem conversation {cid!r} is the published placeholder (a synthetic "
+                    "format_example); the script texts are not published. Pass the operator's "
+                    f"conversation file in the same layout (--data PATH, or {CONVERSATIONS_FILE} beside "
+                    f"{QUESTIONS_FILE})")
+            conv = conv["format_example"]
+        sample_id = f"{line.get('source') or cid.split(':')[0]}-{line.get('sample_id') or cid.split(':')[-1]}"
+        sessions = _sessions(sample_id, conv)
+        if not sessions:
+            raise ValueError(f"ScriptMem conversation {cid!r}: no session with turns")
+        samples.append(Sample(sample_id=sample_id, sessions=sessions,
+                              questions=tuple(_question(q, sample_id) for q in by_conversation[cid])))
+    return samples
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def questions_beside(conversations: Path) -> Path:
+    """Where :func:`load_scriptmem` looks for ``questions.jsonl``: beside the conversation file."""
+    return conversations.parent / QUESTIONS_FILE
+
+
+def load_scriptmem(path: str | os.PathLike[str], *, allow_placeholder: bool = False) -> list[Sample]:
+    """Load ScriptMem from the operator's conversation file and the ``questions.jsonl`` beside it.
+
+    Args:
+        path: the conversation file, or a folder holding ``conversations.jsonl`` and ``questions.jsonl``.
+        allow_placeholder: see :func:`parse_scriptmem`.
+
+    Returns:
+        The samples (457 questions over 4 samples for the pinned questions file).
+
+    Raises:
+        FileNotFoundError: a file is missing (:class:`ScriptsNotPublished` for the placeholder).
+        ValueError: invalid JSON or any error of :func:`parse_scriptmem`.
+    """
+    conv = Path(path)
+    if conv.is_dir():
+        conv = conv / CONVERSATIONS_FILE
+    return parse_scriptmem(_read_jsonl(questions_beside(conv)), _read_jsonl(conv),
+                           allow_placeholder=allow_placeholder)
+
+
+def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch: bool = False) -> Path:
+    """Find the operator's conversation file with a verified ``questions.jsonl`` beside it.
+
+    The conversation file is ``data`` (a file, or a folder holding ``conversations.jsonl``); it is the
+    operator's own (the scripts are unpublished), so it is not pinned here: the run records its sha256.
+    ``questions.jsonl`` must sit beside it with sha256 :data:`QUESTIONS_SHA256` (the layout of
+    ``shared/datasets/scriptmem/``; the pinned file is at :data:`QUESTIONS_URL`). The published
+    placeholder is refused here already, so a suite can report ScriptMem as absent before any work.
+
+    Args:
+        data: the conversation file or its folder. Required: there is no public source of the scripts.
+        cache_dir: the dataset cache root (unused: nothing is downloaded for a run; kept for the
+            :class:`~aml_ray.datasets.registry.DatasetSpec` signature).
+        allow_hash_mismatch: accept a ``questions.jsonl`` with another sha256.
+
+    Returns:
+        The conversation file's path (what :func:`load_scriptmem` reads).
+
+    Raises:
+        FileNotFoundError: no ``data`` (the message says what to pass), it does not exist, or no
+            ``questions.jsonl`` sits beside it; :class:`ScriptsNotPublished` when the conversation file
+            is the published ``format_example`` placeholder.
+        DatasetHashMismatch: ``questions.jsonl`` has another sha256, unless allowed.
+    """
+    if data is None:
+        raise FileNotFoundError(
+            "ScriptMem needs the script conversation file, which is not published: pass --data PATH to a "
+            f"{CONVERSATIONS_FILE} in the published layout, with the pinned {QUESTIONS_FILE} beside it")
+    conv = Path(data)
+    if conv.is_dir():
+        conv = conv / CONVERSATIONS_FILE
+    if not conv.is_file():
+        raise FileNotFoundError(f"ScriptMem conversation file {conv} does not exist (--data PATH)")
+    questions = questions_beside(conv)
+    if not questions.is_file():
+        raise FileNotFoundError(
+            f"ScriptMem: no {QUESTIONS_FILE} beside {conv}; put the pinned file (sha256 {QUESTIONS_SHA256}, "
+            f"{QUESTIONS_URL}) there")
+    try:
+        verify_sha256(questions, QUESTIONS_SHA256)
+    except DatasetHashMismatch:
+        if not allow_hash_mismatch:
+            raise
+    placeholders = [line.get("conversation_id") for line in _read_jsonl(conv)
+                    if isinstance(line.get("conversation"), dict) and "format_example" in line["conversation"]]
+    if placeholders:
+        raise ScriptsNotPublished(
+            f"ScriptMem: {conv} is the published placeholder (synthetic format_example for {placeholders}); "
+            "the script texts are not published. Pass the operator's conversation file in the same layout "
+            f"(--data PATH, with the pinned {QUESTIONS_FILE} beside it)")
+    return conv
