@@ -9,7 +9,9 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+import polars as pl
 import pytest
+from fastapi import FastAPI, Request
 
 from aml_ray.datasets import scriptmem
 from aml_ray.datasets.fetch import DatasetHashMismatch
@@ -237,3 +239,66 @@ def test_docstring_examples():
 
     result = doctest.testmod(scriptmem)
     assert result.failed == 0 and result.attempted >= 3
+
+
+# ---------------------------------------------------------------- one tiny run through Ray
+
+
+def _recording_participant(bodies: list[dict]) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/add")
+    async def add(request: Request):
+        b = await request.json()
+        return {"success": True, "request_id": b["request_id"], "user_id": b["user_id"], "session_id": b["session_id"]}
+
+    @app.post("/search")
+    async def search(request: Request):
+        bodies.append(await request.json())
+        return {"data": [{"id": "m1", "content": "Juror #8: It's possible."}]}
+
+    return app
+
+
+@needs_files
+@pytest.mark.ray
+@pytest.mark.usefixtures("ray_session")
+def test_run_through_ray_sends_options_and_scores_letters(operator_dir, tmp_path):
+    from pydantic import SecretStr
+
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.config import ModelEndpoint, model_endpoint_from_env
+    from aml_ray.evaluation import EvaluationConfig, evaluate
+    from tests.fake_openai import FakeOpenAI, Reply
+    from tests.servers import ThreadServer
+
+    raw = [r for r in read_jsonl(QUESTIONS) if r["source"] == "angry"]
+    gold = {r["question"].split("\n")[0]: r["answer_letters"] for r in raw}
+    sabotaged = {r["question"].split("\n")[0] for r in raw if r["qa_index"] % 4 == 0}
+
+    def answer(prompt: str, n: int) -> Reply:
+        stem = prompt.split("Question: ")[1].split("\n")[0]
+        letters = gold[stem] + gold[stem][:1] if stem in sabotaged else gold[stem]  # a repeated letter: 0
+        return Reply("(" + ", ".join(letters) + ")")
+
+    bodies: list[dict] = []
+    with ThreadServer(FakeOpenAI(answer).app) as llm, ThreadServer(_recording_participant(bodies)) as part:
+        result = evaluate(EvaluationConfig(
+            dataset="scriptmem", participant=ParticipantSpec(add_url=f"{part.base_url}/add",
+                                                             search_url=f"{part.base_url}/search"),
+            answer=ModelEndpoint(role="answer", base_url=f"{llm.base_url}/v1", model="answer-model",
+                                 api_key=SecretStr("sk-a")),
+            judge=model_endpoint_from_env("judge", {}), out_dir=tmp_path / "run",
+            data_path=operator_dir / "conversations.jsonl", limit_samples=1))
+    q = result.questions
+    assert q.height == 99 and q["status"].unique().to_list() == ["scored"]
+    assert q.filter(pl.col("score") == 0.0).height == len(sabotaged)
+    overall = result.table.filter(pl.col("category") == "overall").to_dicts()[0]
+    assert overall["accuracy"] == pytest.approx(1 - len(sabotaged) / 99) and overall["coverage"] == 1.0
+    # Search got the options and never the gold
+    assert len(bodies) == 99 and all(set(b) == {"query", "options", "user_id", "top_k"} for b in bodies)
+    by_query = {b["query"]: b for b in bodies}
+    for r in raw:
+        body = by_query[next(x for x in q["question"].to_list() if x.startswith(r["question"].split("\n")[0]))]
+        assert body["options"] == r["option"]
+    assert result.run_info["bundle"]["counts_checked"] is True
