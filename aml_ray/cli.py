@@ -113,8 +113,12 @@ def run(
     answer_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --answer-prompt.")] = None,
     judge_prompt: Annotated[Optional[str], typer.Option(help="Judge prompt override (name, path or URL).")] = None,
     judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
+    suite: Annotated[Optional[str], typer.Option(help="Run every bundle of this suite (e.g. 'textual') present "
+                                                 "under the datasets directory, instead of --dataset.")] = None,
+    datasets_dir: Annotated[Optional[Path], typer.Option(help="Datasets directory for --suite (default "
+                                                         "$AML_DATASETS_DIR, else ~/.aml-ray/datasets).")] = None,
 ) -> None:
-    """Evaluate a memory system on a benchmark and print the per-category score table."""
+    """Evaluate a memory system on a benchmark (or a whole suite) and print the score tables."""
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.datasets.fetch import DatasetError
     from aml_ray.datasets.registry import get_dataset
@@ -131,6 +135,29 @@ def run(
     except ValueError as exc:
         _fail(str(exc))
     out.mkdir(parents=True, exist_ok=True)
+    if suite is not None:  # every present bundle of the suite; the suite fixes dataset files and prompts
+        if data is not None or answer_prompt or judge_prompt:
+            _fail("--suite fixes the dataset files and prompts: drop --data / --answer-prompt / --judge-prompt")
+        from aml_ray.suite import load_suite
+        from aml_ray.suite_cli import run_suite
+
+        try:
+            load_suite(suite)
+        except (FileNotFoundError, ValueError) as exc:
+            _fail(str(exc))
+
+        with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps) as (label, spec):
+            try:
+                result = run_suite(suite, participant=spec, participant_label=label, answer=answer, judge=judge,
+                                   out=out, run_id=run_id, run_label=run_label, datasets_dir=datasets_dir,
+                                   top_k=top_k, context_budget=context_budget, judge_runs=judge_runs,
+                                   limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch,
+                                   num_cpus=num_cpus, console=console)
+            except (FileNotFoundError, FileExistsError, ValueError) as exc:
+                _fail(str(exc))
+        if any(o.status == "failed" for o in result.outcomes):
+            raise typer.Exit(1)
+        return
     with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps) as (label, spec):
         cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
                                data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,

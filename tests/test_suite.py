@@ -164,3 +164,140 @@ def test_directory_hash_is_the_index_of_its_files(tmp_path):
     index = "".join(f"{hashlib.sha256(t.encode()).hexdigest()}  {p}\n" for p, t in (("a.json", "1"), ("b/c.json", "2")))
     assert path_sha256(tmp_path) == hashlib.sha256(index.encode()).hexdigest()
     assert path_sha256(tmp_path / "a.json") == hashlib.sha256(b"1").hexdigest()
+
+
+# --- the suite run: one small Ray run through the session cluster --------------------------------------
+
+ORACLE = SHARED_DATASETS / "longmemeval" / "longmemeval_oracle_reassembled.json"
+RUN_BUNDLES = ["locomo", "locomo_refined", "longmemeval_s", "longmemeval_oracle", "personamem", "clbench"]
+
+
+def _layout_datasets(root):
+    """A datasets directory: the real LongMemEval oracle (linked, never copied) and small layout files."""
+    from tests.test_clbench import task
+    from tests.test_clbench import write as write_clbench
+    from tests.test_locomo_refined import refined_layout
+    from tests.test_personamem import context, row, write_split
+
+    (root / "longmemeval").mkdir(parents=True)
+    for name in (ORACLE.name, "oracle_source_blobs.tsv"):
+        (root / "longmemeval" / name).symlink_to(ORACLE.parent / name)
+    write_split(root, [row("q1", "ctxA", 6), row("q2", "ctxA", 6, gold="(d)"), row("q3", "ctxA", 4),
+                       row("q4", "ctxB", 3)], {"ctxA": context(8), "ctxB": context(5)})
+    write_clbench(root, [task("t1"), task("t2", category="Domain Knowledge Reasoning")])
+    (root / "locomo_refined").mkdir()
+    (root / "locomo_refined" / "locomo_refined.json").write_text(json.dumps(refined_layout()))
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory, ray_session):
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.evaluation import SuiteConfig, evaluate_suite
+    from aml_ray.reference.server import ReferenceServer
+
+    tmp = tmp_path_factory.mktemp("suite")
+    _layout_datasets(tmp / "datasets")
+    # the shipped suite, with the expected counts of the CL-bench layout file (unpinned bundles are
+    # count-checked; the PersonaMem layout file keeps the release's 589 and is refused); everything
+    # else, pins included, is textual.json's
+    data = json.loads((PROMPT_DIR.parent / "suites" / "textual.json").read_text())
+    for b in data["bundles"]:
+        if b["name"] == "clbench":
+            b["expected"] = {"total": 2, "by_category": {"Rule System Application": 1,
+                                                         "Domain Knowledge Reasoning": 1}, "source": "test layout file"}
+    suite_file = tmp / "textual-test.json"
+    suite_file.write_text(json.dumps(data))
+    events = []
+    with ReferenceServer(tmp / "ref") as ref:
+        cfg = SuiteConfig(participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
+                          answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {}),
+                          out_dir=tmp / "run", suite=str(suite_file), datasets_dir=tmp / "datasets", limit_samples=2,
+                          bundles=RUN_BUNDLES, participant_label="reference:bm25")
+        result = evaluate_suite(cfg, on_bundle=lambda kind, v: events.append((kind, v["name"] if kind == "start"
+                                                                               else (v.name, v.status))))
+    return result, events, tmp
+
+
+def test_suite_runs_present_bundles_and_skips_absent_ones_with_a_reason(suite_run):
+    result, events, tmp = suite_run
+    status = {o.name: (o.status, o.reason or "") for o in result.outcomes}
+    assert [o.name for o in result.outcomes] == RUN_BUNDLES
+    assert status["locomo"][0] == "skipped" and "absent" in status["locomo"][1] and "datasets fetch locomo" in \
+        status["locomo"][1]
+    assert status["longmemeval_s"][0] == "skipped" and "absent" in status["longmemeval_s"][1]
+    assert status["locomo_refined"][0] == "failed" and "SHA256 MISMATCH" in status["locomo_refined"][1]
+    assert status["personamem"][0] == "failed" and "total 4 != 589" in status["personamem"][1]
+    assert {n for n, (s, _) in status.items() if s == "ran"} == {"longmemeval_oracle", "clbench"}
+    assert ("start", "longmemeval_oracle") in events and ("done", ("locomo", "skipped")) in events
+
+
+def test_each_dataset_is_scored_with_coverage_and_its_contract(suite_run):
+    result, _, tmp = suite_run
+    ran = {o.name: o for o in result.outcomes if o.status == "ran"}
+    assert (ran["longmemeval_oracle"].n_total, ran["clbench"].n_total) == (2, 2)
+    for o in ran.values():
+        assert o.coverage == 1.0 and o.n_scored == o.n_total and 0.0 <= o.score <= 1.0
+        info = o.result.run_info
+        assert info["bundle"]["counts_checked"] is True and info["limit_samples"] == 2
+        assert info["run_id"] == result.info["run_id"]
+    lme = ran["longmemeval_oracle"]
+    assert set(lme.task_averages) == {"task-averaged accuracy"}
+    assert "stands in for longmemeval_s, which is absent" in lme.deviations
+    assert ran["longmemeval_oracle"].result.run_info["prompts"]["judge"]["name"] == "longmemeval_judge"
+    lme_rows = ran["longmemeval_oracle"].result.questions
+    assert lme_rows["question_date"].str.contains(r"^\d{4}/\d{2}/\d{2} \(\w{3}\) \d{2}:\d{2}$").all()
+    scored = ran["clbench"].result.questions
+    assert scored["rubric"].to_list()[0] and scored["score"].is_in([0.0, 1.0]).all()
+    assert scored["score_detail"].str.contains('"n_items": 2').all()
+
+
+def test_overall_is_the_unweighted_mean_with_coverage_and_suite_json(suite_run):
+    result, _, tmp = suite_run
+    ran = [o for o in result.outcomes if o.status == "ran"]
+    assert result.overall["datasets"] == 2
+    assert result.overall["score"] == pytest.approx(sum(o.score for o in ran) / 2)
+    assert result.overall["n_total"] == 4 and result.overall["coverage"] == 1.0
+    info = json.loads((tmp / "run" / "suite.json").read_text())
+    assert info["overall"] == result.overall and info["comparable_with_release_baseline"] is False
+    assert any(d.startswith("locomo: skipped") for d in info["differences_from_release_baseline"])
+    assert "unweighted mean" in info["aggregation_rule"] and info["release_baseline"]["top_k"] == 100
+    assert {b["name"]: b["status"] for b in info["bundles"]}["clbench"] == "ran"
+    with pytest.raises(FileExistsError):
+        from aml_ray.evaluation import SuiteConfig, evaluate_suite
+
+        evaluate_suite(SuiteConfig(participant=None, answer=None, judge=None, out_dir=tmp / "run"))
+
+
+def test_tables_print_each_dataset_and_overall_with_coverage(suite_run):
+    from rich.console import Console
+
+    from aml_ray.datasets.registry import DATASETS
+    from aml_ray.suite_cli import dataset_table, overall_table
+
+    result, _, _ = suite_run
+    console = Console(record=True, width=160)
+    for o in result.outcomes:
+        if o.status == "ran":
+            bundle = result.suite.bundle(o.name)
+            console.print(dataset_table(o, bundle, DATASETS[bundle.dataset].category_names, offline=True))
+    console.print(overall_table(result, offline=True))
+    text = console.export_text()
+    assert "longmemeval_oracle: LongMemEval oracle" in text and "task-averaged accuracy" in text
+    assert "clbench: CL-bench" in text and "coverage" in text
+    assert "Overall: suite textual" in text and "2 dataset(s)" in text and "unweighted mean" in text
+    for name in ("locomo", "locomo_refined", "longmemeval_s", "personamem"):
+        assert name in text
+    assert "OFFLINE" in text
+
+
+def test_cli_suite_refuses_data_and_unknown_suites(tmp_path):
+    from typer.testing import CliRunner
+
+    from aml_ray.cli import app
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", "--suite", "textual", "--data", "x.json", "--out", str(tmp_path / "a")])
+    assert res.exit_code == 2 and "--suite fixes the dataset files" in res.output
+    res = runner.invoke(app, ["run", "--suite", "nope", "--out", str(tmp_path / "b")])
+    assert res.exit_code == 2 and "suite 'nope' not found" in res.output

@@ -1,0 +1,178 @@
+"""``aml-ray run --suite NAME``: run every present bundle of a suite and print one table per dataset and Overall.
+
+The tables (rich): per dataset, one row per category then the dataset's overall row, each with its
+coverage, plus the bundle's secondary metrics (task averages); then the Overall table, one row per
+bundle of the suite (ran, skipped or failed, with the reason) and the Overall row computed by the
+suite's aggregation rule, whose text is the caption.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+STAGES = ("add", "search", "answer", "judge")
+#: Scorers whose rows carry lexical F1 / BLEU-1 (the others leave them null).
+LEXICAL_SCORERS = ("binary_judge", "category_judge")
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _category_label(category: str, names: dict[str, str]) -> str:
+    """``"1 multi-hop"`` for LoCoMo; a name that only respells the code (``event_ordering``) is not repeated."""
+    name = names.get(category)
+    if not name or name.replace(" ", "_").replace("-", "_") == category.replace("-", "_"):
+        return category
+    return f"{category} {name}"
+
+
+def _short(text: str, limit: int = 90) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: bool) -> Table:
+    """One dataset's table: a row per category and the dataset row, each with coverage.
+
+    Args:
+        outcome: the bundle's :class:`~aml_ray.evaluation.BundleOutcome` (status ``ran``).
+        bundle: its :class:`~aml_ray.suite.Bundle`.
+        category_names: display names of the categories.
+        offline: the offline answerer/judge was used (said in the caption).
+    """
+    lexical = bundle.scorer in LEXICAL_SCORERS
+    t = Table(title=f"{bundle.name}: {bundle.title} ({bundle.scorer})",
+              caption="score = mean credit ± standard error over all non-excluded questions (errors count 0); "
+                      "coverage = scored / total" + ("; OFFLINE answerer and judge: not official scores" if offline else ""))
+    cols = ["category", "n", "scored", "errors", "excluded", "coverage", "score"] + (["F1", "BLEU-1"] if lexical else [])
+    for c in cols:
+        t.add_column(c, justify="left" if c == "category" else "right")
+    for r in outcome.result.table.to_dicts():
+        name = _category_label(r["category"], category_names)
+        score = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}"
+        cells = [name, str(r["n_total"]), str(r["n_scored"]), str(r["n_errors"]), str(r["n_excluded"]),
+                 _num(r["coverage"]), score] + ([_num(r["f1"]), _num(r["bleu1"])] if lexical else [])
+        t.add_row(*cells, style="bold" if r["category"] == "overall" else None)
+    for name, value in outcome.task_averages.items():
+        t.add_row(name, "", "", "", "", _num(outcome.coverage), _num(value), *([""] * (2 if lexical else 0)),
+                  style="italic")
+    return t
+
+
+def overall_table(result, *, offline: bool) -> Table:
+    """The Overall table: every bundle of the suite run, then Overall by the suite's rule."""
+    suite = result.suite
+    t = Table(title=f"Overall: suite {suite.name} {suite.version}",
+              caption=suite.aggregation.rule + (" OFFLINE answerer and judge: not official scores." if offline else ""))
+    for c in ("dataset", "status", "questions", "scored", "coverage", "score", "note"):
+        t.add_column(c, justify="right" if c in ("questions", "scored", "coverage", "score") else "left",
+                     overflow="fold")
+    for o in result.outcomes:
+        note = _short(o.reason or "")
+        if o.status == "ran":
+            extra = [f"{k} {_num(v)}" for k, v in o.task_averages.items()]
+            if o.substitute_for:
+                extra.append(f"stands in for {o.substitute_for}")
+            note = "; ".join(extra)
+        t.add_row(o.name, o.status, str(o.n_total) if o.status == "ran" else "-",
+                  str(o.n_scored) if o.status == "ran" else "-", _num(o.coverage),
+                  "-" if o.score is None else f"{o.score:.3f} ± {o.score_se:.3f}", note,
+                  style=None if o.status == "ran" else "dim")
+    ov = result.overall
+    t.add_row("Overall", f"{ov['datasets']} dataset(s)", str(ov["n_total"]), str(ov["n_scored"]), _num(ov["coverage"]),
+              _num(ov["score"]), "unweighted mean of the dataset scores", style="bold")
+    return t
+
+
+def run_suite(name: str, *, participant, participant_label: str, answer, judge, out: Path, run_id: str,
+              run_label: str | None, datasets_dir: Path | None, top_k: int, context_budget: int, judge_runs: int,
+              limit_samples: int | None, allow_hash_mismatch: bool, num_cpus: int | None,
+              bundles: list[str] | None = None, console: Console | None = None) -> Any:
+    """Run a suite and print its tables (what ``aml-ray run --suite`` does after starting the participant).
+
+    Returns:
+        The :class:`~aml_ray.evaluation.SuiteResult`.
+
+    Raises:
+        FileNotFoundError: unknown suite.
+        FileExistsError: ``out`` already holds a suite run.
+        ValueError: an unknown bundle name.
+    """
+    from aml_ray.datasets.registry import DATASETS
+    from aml_ray.evaluation import SuiteConfig, evaluate_suite
+    from aml_ray.suite import datasets_dir as resolve_datasets_dir
+    from aml_ray.suite import load_suite
+
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    suite = load_suite(name)
+    root = resolve_datasets_dir(datasets_dir)
+    offline = answer.offline or judge.offline
+    console.print(f"[bold]aml-ray[/] suite [cyan]{suite.name} {suite.version}[/] run [cyan]{run_id}[/] x "
+                  f"{participant_label} -> {out} (datasets: {root})")
+    if offline:
+        console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive answerer and "
+                      "lexical judge (not official models).[/]")
+    cfg = SuiteConfig(participant=participant, answer=answer, judge=judge, out_dir=out, suite=name,
+                      datasets_dir=root, top_k=top_k, context_budget_tokens=context_budget, judge_runs=judge_runs,
+                      limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch, bundles=bundles,
+                      run_id=run_id, run_label=run_label, participant_label=participant_label)
+    state: dict[str, Any] = {"progress": None, "tasks": {}}
+
+    def on_bundle(kind: str, value) -> None:
+        if kind == "start":
+            console.print(f"[bold]>[/] {value['name']}: {value['title']} ({value['path']})")
+            state["progress"] = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                                         TimeElapsedColumn(), console=console, transient=True)
+            state["progress"].start()
+            state["tasks"] = {}
+            return
+        if state["progress"] is not None:
+            state["progress"].stop()
+            state["progress"] = None
+        o = value
+        if o.status == "ran":
+            console.print(f"  {o.name}: score {_num(o.score)}, coverage {_num(o.coverage)} "
+                          f"({o.n_scored}/{o.n_total} scored)")
+        else:
+            console.print(f"  [yellow]{o.status}[/] {o.name}: {o.reason}")
+
+    def on_progress(bundle: str, kind: str, values: dict[str, int]) -> None:
+        progress = state["progress"]
+        if progress is None:
+            return
+        if kind == "totals":
+            for stage in STAGES:
+                state["tasks"][stage] = progress.add_task(stage, total=values.get(stage, 0))
+        else:
+            for stage, done in values.items():
+                if stage in state["tasks"]:
+                    progress.update(state["tasks"][stage], completed=done)
+
+    try:
+        result = evaluate_suite(cfg, on_bundle=on_bundle, on_progress=on_progress, num_cpus=num_cpus)
+    finally:
+        if state["progress"] is not None:
+            state["progress"].stop()
+    for o in result.outcomes:
+        if o.status == "ran":
+            bundle = suite.bundle(o.name)
+            console.print(dataset_table(o, bundle, DATASETS[bundle.dataset].category_names, offline=offline))
+    console.print(overall_table(result, offline=offline))
+    if result.info["differences_from_release_baseline"]:
+        not_run = [o.name for o in result.outcomes if o.status != "ran"]
+        devs = sorted({d for o in result.outcomes for d in o.deviations})
+        console.print("[yellow]Not comparable with the release baseline:[/] "
+                      + (f"not run: {', '.join(not_run)}" if not_run else "")
+                      + ("; " if not_run and devs else "")
+                      + (f"deviations: {'; '.join(devs[:5])}{' ...' if len(devs) > 5 else ''}" if devs else "")
+                      + f" (all in {out / 'suite.json'})")
+    else:
+        console.print("[green]Matches the release baseline.[/]")
+    console.print(f"wall {result.info['wall_s']:.1f} s; suite.json and one run directory per dataset in {out}")
+    return result
