@@ -1,0 +1,662 @@
+"""Benchmark the aml-ray pipeline against loopback servers (issue 2 acceptance; issue 7).
+
+Two modes, both against servers that run in their own processes (``scripts/loopback_servers.py``):
+
+``--mode search`` (default; the main job's acceptance)
+    Search throughput of the real pipeline (:func:`aml_ray.pipeline.run_pipeline` over synthetic
+    :class:`~aml_ray.pipeline.PipelineInputs`: 100 samples x ``queries/100`` questions, one small Add
+    chunk per sample, offline answerer and judge) against a loopback participant with a fixed latency,
+    at ``--concurrency`` in flight, for ``--queries`` Searches. Printed beside the ideal
+    (concurrency / latency) and a plain asyncio loop on the same server (aiohttp, and httpx over the
+    aiohttp transport), measured in the same run. The pipeline's rate is the steady state seen by the
+    server: (N - 1) / (last arrival - first arrival). Also: end-to-end wall time (Ray start + actor pools
+    + the run), driver and worker peak RSS.
+
+``--mode e2e`` (issue 7)
+    A synthetic corpus shaped like LoCoMo (``--scale`` 1/10/100: 10 x scale samples, 19 sessions of 31
+    turns, 154 questions per sample) through Add -> Search -> Answer -> Judge, with a loopback
+    OpenAI-compatible model server for the answer and judge models. Prints wall time, the lower bound
+    implied by the declared limits, their ratio, requests/s per stage, peak memory, and a peer-style
+    baseline (a pool of 10 threads over conversations, questions sequential inside each) against the
+    same servers, in the same run.
+
+``--repeat R`` runs R independent measurements, each in a fresh process (Ray started anew each time),
+and prints the median. Examples::
+
+    .venv/bin/python scripts/bench_pipeline.py                       # 10,000 Searches, 20 ms, 64
+    .venv/bin/python scripts/bench_pipeline.py --repeat 3
+    .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 10 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from loopback_servers import ServerProcess  # noqa: E402
+
+# --------------------------------------------------------------------------------------------- corpus
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A synthetic corpus: ``samples`` x ``sessions`` x ``turns``, ``questions`` per sample."""
+
+    samples: int
+    sessions: int
+    turns: int
+    questions: int
+    words_per_turn: int = 18
+
+
+def search_shape(queries: int, samples: int = 100) -> Shape:
+    """The Search benchmark's corpus: one small Add chunk per sample, ``queries`` questions in all."""
+    if queries % samples:
+        raise SystemExit(f"--queries must be a multiple of {samples}")
+    return Shape(samples=samples, sessions=1, turns=2, questions=queries // samples, words_per_turn=8)
+
+
+def locomo_shape(scale: int) -> Shape:
+    """LoCoMo-shaped: 10 conversations, 19 sessions x 31 turns (5,890 turns), 154 questions each (x scale)."""
+    return Shape(samples=10 * scale, sessions=19, turns=31, questions=154)
+
+
+_WORDS = ("caroline melanie painting support group camping lake adoption agency pottery class sunset "
+          "beach charity race counseling career school friends family summer trip concert guitar book "
+          "dog hiking museum festival garden").split()
+
+
+def synthetic_inputs(shape: Shape, run_id: str = "bench"):
+    """Build :class:`PipelineInputs` with the real chunker and id scheme, one sample at a time."""
+    from aml_ray.contract import Message
+    from aml_ray.datasets.base import Question, Sample, Session
+    from aml_ray.ids import IdScheme
+    from aml_ray.pipeline import PipelineInputs, build_inputs
+
+    ids = IdScheme(run_id, "synthetic")
+    total = PipelineInputs(sample_rows=[], excluded_rows=[])
+    t0 = 1_683_554_160_000
+    for s in range(shape.samples):
+        sid = f"syn-{s:05d}"
+        sessions = []
+        for k in range(shape.sessions):
+            msgs = []
+            for t in range(shape.turns):
+                words = " ".join(_WORDS[(s + k * 7 + t * 3 + i) % len(_WORDS)] for i in range(shape.words_per_turn))
+                speaker = "Caroline" if t % 2 == 0 else "Melanie"
+                msgs.append(Message(role="user", content=f"{speaker}: {words} #{k}.{t}",
+                                    timestamp=t0 + k * 86_400_000 + t * 60_000))
+            sessions.append(Session(key=f"session_{k + 1}", index=k + 1, started_at_ms=t0 + k * 86_400_000,
+                                    messages=tuple(msgs)))
+        questions = tuple(
+            Question(question_id=f"{sid}:q{q:04d}", sample_id=sid,
+                     question=f"When did Caroline go to the {_WORDS[q % len(_WORDS)]} {_WORDS[(q * 5) % len(_WORDS)]}?",
+                     answer=f"{1 + q % 28} May 2023", category=str(1 + q % 4))
+            for q in range(shape.questions))
+        one = build_inputs([Sample(sample_id=sid, sessions=tuple(sessions), questions=questions,
+                                   speakers=("Caroline", "Melanie"))], ids)
+        total.sample_rows.extend(one.sample_rows)
+        total.excluded_rows.extend(one.excluded_rows)
+        total.n_chunks += one.n_chunks
+        total.n_messages += one.n_messages
+        total.n_questions += one.n_questions
+        total.n_scorable += one.n_scorable
+    return total
+
+
+# --------------------------------------------------------------------------------------------- memory
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(("VmHWM:", "VmRSS:")):
+                    key, value = line.split(":", 1)
+                    out[key] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _short(cmd: str) -> str:
+    if cmd.startswith("ray::"):
+        return cmd.split()[0]
+    parts = cmd.split()
+    for p in parts:
+        base = p.rsplit("/", 1)[-1]
+        if base in ("gcs_server", "raylet") or base.endswith(".py"):
+            return base
+    return parts[0].rsplit("/", 1)[-1] if parts else "?"
+
+
+class RssSampler:
+    """Samples memory and CPU of this process's descendants (Ray's processes; the loopback servers excluded).
+
+    Reports the largest peak RSS (VmHWM) of one Ray worker, the peak of the summed proportional set size
+    (PSS: shared pages split between the processes that map them, so the sum is not inflated) of all
+    descendants (GCS, raylet, workers), and the CPU seconds each process used.
+    """
+
+    def __init__(self, exclude: set[int], interval_s: float = 1.0):
+        self.exclude, self.interval_s = exclude, interval_s
+        self.hwm: dict[int, int] = {}
+        self.names: dict[int, str] = {}
+        self.cpu: dict[int, float] = {}
+        self.total_peak = 0
+        self._ticks = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        parent: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as fh:
+                        fields = fh.read().rsplit(")", 1)[1].split()
+                    parent[int(name)] = int(fields[1])
+                    cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+                except (OSError, IndexError, ValueError):
+                    continue
+        me, mine = os.getpid(), []
+        for pid in parent:
+            p, seen = pid, 0
+            while p and p != me and seen < 50:
+                if p in self.exclude:
+                    p = 0
+                    break
+                p, seen = parent.get(p, 0), seen + 1
+            if p == me and pid != me and pid not in self.exclude:
+                mine.append(pid)
+        total, self._ticks = 0, self._ticks + 1
+        pss = self._ticks % 2 == 1  # reading smaps_rollup costs the driver CPU: every other tick
+        for pid in mine:
+            total += _pss(pid) if pss else 0
+            self.hwm[pid] = max(self.hwm.get(pid, 0), _proc_status(pid).get("VmHWM", 0))
+            cmd = _cmdline(pid)
+            if not cmd:
+                try:
+                    with open(f"/proc/{pid}/comm") as fh:
+                        cmd = "comm:" + fh.read().strip()
+                except OSError:
+                    cmd = ""
+            name = _short(cmd)
+            if name and name != "ray::IDLE" or pid not in self.names:
+                self.names[pid] = name
+            self.cpu[pid] = cpu.get(pid, 0.0)
+        self.total_peak = max(self.total_peak, total)
+
+    def largest_worker(self) -> tuple[int, str]:
+        workers = [(v, self.names.get(pid, "")) for pid, v in self.hwm.items()
+                   if self.names.get(pid, "").startswith("ray::")]
+        return max(workers) if workers else (0, "")
+
+    def cpu_by_process(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, sec in self.cpu.items():
+            key = self.names.get(pid, "?")
+            out[key] = round(out.get(key, 0.0) + sec, 2)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine so far (/proc/stat)."""
+    with open("/proc/stat") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def driver_peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# --------------------------------------------------------------------------------------------- plain loops
+
+
+def _search_bodies(n: int, samples: int = 100, top_k: int = 100) -> list[bytes]:
+    return [json.dumps({"query": f"When did Caroline go to the lake {i}?", "user_id": f"eval:bench:syn:{i % samples}",
+                        "top_k": top_k}, separators=(",", ":")).encode() for i in range(n)]
+
+
+async def plain_aiohttp(url: str, n: int, concurrency: int) -> float:
+    """A plain asyncio loop: ``concurrency`` aiohttp workers over ``n`` Searches; returns wall seconds."""
+    import aiohttp
+
+    bodies = _search_bodies(n)
+    it = iter(bodies)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+        async def worker() -> None:
+            for body in it:
+                async with session.post(url, data=body, headers=headers) as resp:
+                    assert resp.status == 200
+                    await resp.json()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - t0
+
+
+async def plain_httpx_aiohttp(url: str, n: int, concurrency: int) -> float:
+    """The same loop with httpx's API over the aiohttp transport (what ParticipantClient uses)."""
+    import httpx
+    from httpx_aiohttp import AiohttpTransport
+
+    bodies = _search_bodies(n)
+    it = iter(bodies)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(transport=AiohttpTransport(limits=limits),
+                                 headers={"Content-Type": "application/json"}) as client:
+        async def worker() -> None:
+            for body in it:
+                resp = await client.post(url, content=body)
+                assert resp.status_code == 200
+                resp.json()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - t0
+
+
+def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) -> dict[str, float]:
+    server.reset()
+    loop = plain_aiohttp if kind == "aiohttp" else plain_httpx_aiohttp
+    c0 = time.process_time()
+    wall = asyncio.run(loop(f"{server.base_url}/search", n, concurrency))
+    cpu = time.process_time() - c0
+    count, rate = server.rate("search")
+    assert count == n, (count, n)
+    return {"rate": rate, "client_rate": n / wall, "wall_s": wall, "client_cpu_s": cpu}
+
+
+# --------------------------------------------------------------------------------------------- pipeline
+
+
+def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, judge, *, top_k: int,
+                     options, exclude_pids: set[int]) -> dict[str, Any]:
+    """Start Ray, run the pipeline, stop Ray; returns timings and memory."""
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.evidence import RunDir
+    from aml_ray.pipeline import run_pipeline
+    from aml_ray.ray_runtime import init_ray
+
+    spec = ParticipantSpec(add_url=f"{participant_url}/add", search_url=f"{participant_url}/search",
+                           max_in_flight=concurrency)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="aml-bench-") as tmp, RssSampler(exclude_pids) as rss:
+        t0 = time.perf_counter()
+        started = init_ray()
+        t1 = time.perf_counter()
+        try:
+            c0, m0 = time.process_time(), machine_cpu()
+            questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
+                                     judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
+                                     top_k=top_k, options=options)
+            t2 = time.perf_counter()
+            out["driver_cpu_s"] = time.process_time() - c0
+            m1 = machine_cpu()
+            out["machine_busy"] = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
+            rss._sample()  # last look at the workers' CPU and memory before they exit
+        finally:
+            if started:
+                import ray
+
+                ray.shutdown()
+        scored = int((questions["status"] == "scored").sum())
+    worker_hwm, worker_name = rss.largest_worker()
+    out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
+               questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
+               worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process())
+    return out
+
+
+def search_run(args) -> dict[str, Any]:
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.pipeline import PipelineOptions
+
+    inputs = synthetic_inputs(search_shape(args.queries))
+    offline_answer, offline_judge = model_endpoint_from_env("answer", {}), model_endpoint_from_env("judge", {})
+    with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
+                       "--memories", str(args.memories)) as server:
+        res: dict[str, Any] = {"plain_aiohttp": measure_plain(server, "aiohttp", args.queries, args.concurrency),
+                               "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency)}
+        server.reset()
+        pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
+                                top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
+                                exclude_pids={server.proc.pid})
+        n, rate = server.rate("search")
+        stats = server.stats()
+        pipe.update(rate=rate, searches=n, adds=stats["n"].get("add", 0), server_max_in_flight=stats["max_in_flight"],
+                    over_capacity=stats["over_capacity"], timeline=stats["timeline"].get("search", {}))
+        assert pipe["scored"] == args.queries, pipe
+        res["pipeline"] = pipe
+    res["ideal"] = args.concurrency / (args.latency_ms / 1000)
+    return res
+
+
+# --------------------------------------------------------------------------------------------- e2e
+
+
+def lower_bound(inputs, lat_p: float, lat_add: float, cap_p: int, lat_m: float, cap_m: int) -> dict[str, float]:
+    """The shortest wall time the declared limits allow (seconds).
+
+    - Adds are sequential within a sample: the longest sample's Adds, then one Search, Answer, Judge.
+    - The participant serves at most ``cap_p`` requests at once: (Adds x add latency + Searches x search
+      latency) / cap_p, then the last question's Answer and Judge.
+    - Each model endpoint serves at most ``cap_m`` at once: Q x latency / cap_m, plus the other stages'
+      head and tail latencies.
+    """
+    chunks = [len(json.loads(r["adds_json"])) for r in inputs.sample_rows]
+    q = inputs.n_scorable
+    terms = {
+        "adds_in_order": max(chunks) * lat_add + lat_p + 2 * lat_m,
+        "participant_capacity": (sum(chunks) * lat_add + q * lat_p) / cap_p + 2 * lat_m,
+        "answer_capacity": lat_add + lat_p + q * lat_m / cap_m + lat_m,
+        "judge_capacity": lat_add + lat_p + lat_m + q * lat_m / cap_m,
+    }
+    terms["bound"] = max(terms.values())
+    return terms
+
+
+def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, threads: int = 10) -> dict[str, Any]:
+    """The orchestration peers use: ``threads`` threads over conversations, everything sequential inside.
+
+    Same servers, same requests and the same prompts as the pipeline (context fitted and grouped by
+    speaker as the Answer stage does); only the orchestration differs. No sleeps are added (several
+    peer harnesses sleep 1 s between calls; this baseline is generous to them).
+    """
+    import httpx
+    import openai
+
+    from aml_ray.context import fit_context, speaker_blocks
+    from aml_ray.prompts import load_prompt
+
+    answer_prompt, judge_prompt = load_prompt("locomo_answer"), load_prompt("locomo_judge")
+
+    def conversation(row: dict[str, Any]) -> int:
+        done = 0
+        with httpx.Client(timeout=60) as http, openai.OpenAI(base_url=model_url, api_key="x", max_retries=0) as llm:
+            for add in json.loads(row["adds_json"]):
+                http.post(f"{participant_url}/add", json=add).raise_for_status()
+            for q in json.loads(row["questions_json"]):
+                resp = http.post(f"{participant_url}/search",
+                                 json={"query": q["question"], "user_id": q["user_id"], "top_k": top_k})
+                memories = fit_context(resp.json()["data"], 16_000, "loopback-model").memories
+                answer = llm.chat.completions.create(model="loopback-model", temperature=0, messages=[
+                    {"role": "user", "content": answer_prompt.render(
+                        question=q["question"], speakers=q["speakers"] or [],
+                        memory_blocks=speaker_blocks(memories, q["speakers"] or []))}],
+                ).choices[0].message.content
+                llm.chat.completions.create(model="loopback-model", temperature=0, messages=[
+                    {"role": "user", "content": judge_prompt.render(question=q["question"], gold=q["gold"],
+                                                                    answer=answer)}])
+                done += 1
+        return done
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        done = sum(pool.map(conversation, inputs.sample_rows))
+    return {"wall_s": time.perf_counter() - t0, "questions": done, "samples": len(inputs.sample_rows)}
+
+
+def e2e_run(args) -> dict[str, Any]:
+    from aml_ray.config import ModelEndpoint
+    from aml_ray.pipeline import PipelineInputs, PipelineOptions
+
+    shape = locomo_shape(args.scale)
+    t0 = time.perf_counter()
+    inputs = synthetic_inputs(shape)
+    build_s = time.perf_counter() - t0
+    lat_p, lat_m = args.latency_ms / 1000, args.model_latency_ms / 1000
+    with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
+                       "--memories", str(args.memories)) as part, \
+         ServerProcess("model", "--latency-ms", str(args.model_latency_ms),
+                       "--capacity", str(2 * args.model_concurrency)) as model:
+        endpoints = [ModelEndpoint(role=role, base_url=f"{model.base_url}/v1", model="loopback-model",
+                                   max_in_flight=args.model_concurrency) for role in ("answer", "judge")]
+        pipe = run_ray_pipeline(inputs, part.base_url, args.concurrency, *endpoints, top_k=args.top_k,
+                                options=pipeline_options(args, PipelineOptions),
+                                exclude_pids={part.proc.pid, model.proc.pid})
+        ps, ms = part.stats(), model.stats()
+        rates = {}
+        for kind, st in (("add", ps), ("search", ps), ("answer", ms), ("judge", ms)):
+            n = st["n"].get(kind, 0)
+            span = st["last"].get(kind, 0) - st["first"].get(kind, 0)
+            rates[kind] = {"n": n, "rate": (n - 1) / span if n > 1 and span > 0 else None}
+        pipe.update(rates=rates, participant_max_in_flight=ps["max_in_flight"], over_capacity=ps["over_capacity"],
+                    model_max_in_flight=ms["max_in_flight"])
+        assert pipe["scored"] == inputs.n_scorable, (pipe["scored"], inputs.n_scorable)
+        peer = None
+        if not args.skip_peer:
+            part.reset()
+            model.reset()
+            n_peer = min(args.peer_samples or shape.samples, shape.samples)
+            sub = PipelineInputs(sample_rows=inputs.sample_rows[:n_peer], excluded_rows=[])
+            peer = peer_baseline(sub, part.base_url, f"{model.base_url}/v1", args.top_k)
+            rounds_all, rounds_sub = math.ceil(shape.samples / 10), math.ceil(n_peer / 10)
+            peer["extrapolated_wall_s"] = peer["wall_s"] * rounds_all / rounds_sub
+    bound = lower_bound(inputs, lat_p, args.add_latency_ms / 1000 if args.add_latency_ms else lat_p,
+                        args.concurrency, lat_m, args.model_concurrency)
+    return {"shape": asdict(shape), "chunks": inputs.n_chunks, "questions": inputs.n_scorable,
+            "build_inputs_s": build_s, "pipeline": pipe, "bound": bound, "peer": peer}
+
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def pipeline_options(args, cls):
+    kw = {}
+    for name in ("ingest_parallelism", "search_batch_size", "batches_in_flight", "model_batch_size"):
+        value = getattr(args, name)
+        if value is not None:
+            kw[name] = value
+    return cls(**kw)
+
+
+def _med(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _rate(n: float | None) -> str:
+    return "-" if n is None else f"{n:,.0f} req/s"
+
+
+def report_search(args, runs: list[dict[str, Any]]) -> None:
+    ideal = runs[0]["ideal"]
+    get = lambda path: [_dig(r, path) for r in runs]  # noqa: E731
+    pa, ph, pp = _med(get("plain_aiohttp.rate")), _med(get("plain_httpx_aiohttp.rate")), _med(get("pipeline.rate"))
+    ratios_a = [r["pipeline"]["rate"] / r["plain_aiohttp"]["rate"] for r in runs]
+    ratios_h = [r["pipeline"]["rate"] / r["plain_httpx_aiohttp"]["rate"] for r in runs]
+    print(f"\nSearch throughput: {args.queries:,} Searches, {args.latency_ms:g} ms participant latency, "
+          f"{args.concurrency} in flight ({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'}; "
+          "server-side steady state (N-1)/(last-first))")
+    print(f"  ideal (concurrency / latency)            {_rate(ideal):>14}")
+    print(f"  plain asyncio loop, aiohttp              {_rate(pa):>14}   {pa / ideal:.2f} x ideal")
+    print(f"  plain asyncio loop, httpx+aiohttp        {_rate(ph):>14}   {ph / ideal:.2f} x ideal")
+    print(f"  aml-ray pipeline (run_pipeline)          {_rate(pp):>14}   {pp / ideal:.2f} x ideal, "
+          f"{_med(ratios_a):.2f} x plain aiohttp, {_med(ratios_h):.2f} x plain httpx+aiohttp (same-run ratios)")
+    print(f"  per run: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.rate'))}; "
+          f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.rate'))}; "
+          f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.rate'))}")
+    print(f"  wall: Ray start {_med(get('pipeline.ray_start_s')):.1f} s + run_pipeline (actor pools, "
+          f"{args.queries:,} Adds+Searches+Answers+Judges, evidence) {_med(get('pipeline.pipeline_s')):.1f} s = "
+          f"end to end {_med(get('pipeline.end_to_end_s')):.1f} s; plain aiohttp loop "
+          f"{_med(get('plain_aiohttp.wall_s')):.1f} s")
+    print(f"  peak RSS: driver {_mib(_med(get('pipeline.driver_peak_rss')))}, largest Ray worker "
+          f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({runs[0]['pipeline']['worker_peak_name']}), "
+          f"all Ray processes together {_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
+    _print_cpu(args, runs)
+    _print_timeline(args, runs)
+    print(f"  participant saw at most {max(get('pipeline.server_max_in_flight'))} in flight "
+          f"(declared {args.concurrency}); over capacity: {max(get('pipeline.over_capacity'))}")
+
+
+def report_e2e(args, runs: list[dict[str, Any]]) -> None:
+    r0 = runs[0]
+    get = lambda path: [_dig(r, path) for r in runs]  # noqa: E731
+    sh = r0["shape"]
+    print(f"\nSynthetic LoCoMo x{args.scale}: {sh['samples']} samples x {sh['sessions']} sessions x {sh['turns']} turns "
+          f"= {r0['chunks']:,} Add chunks, {r0['questions']:,} questions; participant {args.latency_ms:g} ms / "
+          f"{args.concurrency} in flight; models {args.model_latency_ms:g} ms / {args.model_concurrency} in flight each "
+          f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'})")
+    b = r0["bound"]
+    terms = ", ".join(f"{k} {v:.1f} s" for k, v in b.items() if k != "bound")
+    print(f"  lower bound from the declared limits     {b['bound']:8.1f} s   ({terms})")
+    pipe_s, e2e_s = _med(get("pipeline.pipeline_s")), _med(get("pipeline.end_to_end_s"))
+    print(f"  run_pipeline wall (actor pools + run)    {pipe_s:8.1f} s   {pipe_s / b['bound']:.2f} x bound")
+    print(f"  end to end (+ Ray start {_med(get('pipeline.ray_start_s')):.1f} s)          {e2e_s:8.1f} s   "
+          f"{e2e_s / b['bound']:.2f} x bound   (per run: {', '.join(f'{v:.1f}' for v in get('pipeline.end_to_end_s'))})")
+    for kind in ("add", "search", "answer", "judge"):
+        print(f"  {kind:<7} {_med(get(f'pipeline.rates.{kind}.n')):>9,.0f} requests  "
+              f"{_rate(_med(get(f'pipeline.rates.{kind}.rate'))):>14} (steady state at the server)")
+    print(f"  peak RSS: driver {_mib(_med(get('pipeline.driver_peak_rss')))}, largest Ray worker "
+          f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({r0['pipeline']['worker_peak_name']}), all Ray processes "
+          f"{_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
+    _print_cpu(args, runs)
+    print(f"  participant max in flight {max(get('pipeline.participant_max_in_flight'))} (declared {args.concurrency}), "
+          f"model server max in flight {max(get('pipeline.model_max_in_flight'))} (declared 2 x {args.model_concurrency})")
+    if r0["peer"]:
+        pw = _med(get("peer.wall_s"))
+        px = _med(get("peer.extrapolated_wall_s"))
+        n_peer = r0["peer"]["samples"]
+        extra = "" if n_peer == sh["samples"] else (
+            f" measured on {n_peer} of {sh['samples']} samples ({math.ceil(n_peer / 10)} round(s) of the thread "
+            f"pool), extrapolated linearly to {math.ceil(sh['samples'] / 10)} rounds")
+        print(f"  peer-style baseline (10 threads x conversations, sequential inside): {pw:.1f} s{extra} "
+              f"-> {px:.1f} s; pipeline end to end is {px / e2e_s:.1f} x faster "
+              f"(run_pipeline alone {px / pipe_s:.1f} x)")
+
+
+def _print_cpu(args, runs: list[dict[str, Any]]) -> None:
+    if not args.verbose:
+        return
+    for i, r in enumerate(runs):
+        cpu = r["pipeline"]["cpu_s"]
+        print(f"  CPU s, run {i + 1} (machine {100 * r['pipeline']['machine_busy']:.0f}% busy during run_pipeline): "
+              f"driver {r['pipeline']['driver_cpu_s']:.1f}; "
+              + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if v >= 0.2))
+
+
+def _print_timeline(args, runs: list[dict[str, Any]]) -> None:
+    if not args.verbose:
+        return
+    for i, r in enumerate(runs):
+        line = r["pipeline"].get("timeline") or {}
+        if line:
+            last = max(int(k) for k in line)
+            per_s = [sum(line.get(str(b), line.get(b, 0)) for b in range(s, s + 10)) for s in range(0, last + 1, 10)]
+            print(f"  Searches per second at the server, run {i + 1}: {per_s}")
+
+
+def _dig(d: dict[str, Any], path: str):
+    for part in path.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="aml-ray pipeline benchmark (see the module docstring)")
+    p.add_argument("--mode", choices=["search", "e2e"], default="search")
+    p.add_argument("--queries", type=int, default=10_000, help="Searches in --mode search")
+    p.add_argument("--latency-ms", type=float, default=20.0, help="participant latency")
+    p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
+    p.add_argument("--concurrency", type=int, default=64, help="participant max in flight (declared capacity)")
+    p.add_argument("--memories", type=int, default=10, help="items per Search reply")
+    p.add_argument("--top-k", type=int, default=100)
+    p.add_argument("--scale", type=int, default=1, choices=[1, 10, 100], help="--mode e2e corpus scale")
+    p.add_argument("--model-latency-ms", type=float, default=200.0)
+    p.add_argument("--model-concurrency", type=int, default=64, help="max in flight per model endpoint")
+    p.add_argument("--skip-peer", action="store_true")
+    p.add_argument("--peer-samples", type=int, default=None,
+                   help="run the peer baseline on the first N samples only and extrapolate (default: all)")
+    p.add_argument("--repeat", type=int, default=1, help="independent runs, each in a fresh process; median")
+    p.add_argument("--json", type=Path, default=None, help="also write all runs' figures here")
+    for name in ("ingest-parallelism", "search-batch-size", "batches-in-flight", "model-batch-size"):
+        p.add_argument(f"--{name}", type=int, default=None, help="PipelineOptions override")
+    p.add_argument("--verbose", action="store_true", help="also print CPU seconds per process")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.add_latency_ms is not None and args.mode == "search":
+        raise SystemExit("--add-latency-ms applies to --mode e2e")
+    run = search_run if args.mode == "search" else e2e_run
+    if args.child or args.repeat == 1:
+        result = run(args)
+        if args.child:
+            print("RESULT " + json.dumps(result), flush=True)
+            return
+        runs = [result]
+    else:
+        runs = []
+        child_argv = [a for a in (argv if argv is not None else sys.argv[1:])]
+        for i in range(args.repeat):
+            proc = subprocess.run([sys.executable, __file__, *child_argv, "--child"], capture_output=True, text=True)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+                raise SystemExit(f"run {i + 1} failed (exit {proc.returncode})")
+            runs.append(json.loads(lines[-1][len("RESULT "):]))
+            print(f"run {i + 1}/{args.repeat} done", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "runs": runs}, indent=2))
+    (report_search if args.mode == "search" else report_e2e)(args, runs)
+
+
+if __name__ == "__main__":
+    main()

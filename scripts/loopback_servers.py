@@ -1,0 +1,248 @@
+"""Loopback servers for benchmarks: an AML participant and an OpenAI-compatible chat-completions model.
+
+Each server runs in its OWN process (``python scripts/loopback_servers.py participant ...``), so it never
+shares a GIL with the client being measured. It binds 127.0.0.1 on a free port and prints one line
+``PORT <n>`` on stdout when it is ready; :class:`ServerProcess` starts one and reads that line.
+
+Participant (``participant``):
+    POST /add     sleeps ``--latency-ms`` (``--add-latency-ms``), echoes the ids (contract-valid 200).
+    POST /search  sleeps ``--latency-ms``, returns ``--memories`` items whose ids start with the user_id.
+    GET  /stats   counters: adds, searches, first/last arrival times (``time.monotonic`` of the server),
+                  the highest number of requests in flight seen, and requests over the capacity.
+    POST /reset   zeroes the counters.
+    ``--capacity N``: at most N requests are served at once; more wait in a queue (their latency grows)
+    and are counted as ``over_capacity`` (a client that holds its declared limit never causes one).
+
+Model (``model``):
+    POST /v1/chat/completions  sleeps ``--latency-ms``; a prompt that asks for a ``"label"`` (the judge)
+                               gets ``{"label": "CORRECT"}``, any other prompt a short answer.
+    GET /stats, POST /reset    as above (kinds ``answer`` and ``judge``, first/last arrival).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Counters:
+    """Arrival counters of one server (first/last arrival give the steady-state rate N/(last-first))."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.n: dict[str, int] = {}
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.over_capacity = 0
+        self.timeline: dict[str, dict[int, int]] = {}  # kind -> {100 ms bucket since first arrival: count}
+
+    def arrive(self, kind: str) -> None:
+        now = time.monotonic()
+        self.n[kind] = self.n.get(kind, 0) + 1
+        first = self.first.setdefault(kind, now)
+        self.last[kind] = now
+        bucket = int((now - first) * 10)
+        line = self.timeline.setdefault(kind, {})
+        line[bucket] = line.get(bucket, 0) + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
+                "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline}
+
+
+def participant_app(latency_s: float, add_latency_s: float, capacity: int, memories: int):
+    from aiohttp import web
+
+    counters = Counters()
+    gate = asyncio.Semaphore(capacity)
+    filler = "x" * 80
+
+    async def serve(kind: str, delay: float, request) -> bytes:
+        raw = await request.read()
+        counters.arrive(kind)
+        counters.in_flight += 1
+        if counters.in_flight > capacity:
+            counters.over_capacity += 1
+        counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        try:
+            async with gate:
+                await asyncio.sleep(delay)
+        finally:
+            counters.in_flight -= 1
+        return raw
+
+    async def add(request):
+        body = json.loads(await serve("add", add_latency_s, request))
+        return web.json_response({"success": True, "request_id": body["request_id"],
+                                  "user_id": body["user_id"], "session_id": body["session_id"]})
+
+    async def search(request):
+        body = json.loads(await serve("search", latency_s, request))
+        uid = body["user_id"]
+        n = min(memories, int(body.get("top_k", memories)))
+        data = [{"id": f"{uid}:chunk-{i}#0", "content": f"memory {i} for the query: {filler}",
+                 "score": 1.0 / (i + 1)} for i in range(n)]
+        return web.json_response({"data": data})
+
+    async def stats(_request):
+        return web.json_response(counters.snapshot())
+
+    async def reset(_request):
+        counters.reset()
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([web.post("/add", add), web.post("/search", search), web.get("/stats", stats),
+                    web.post("/reset", reset)])
+    return app
+
+
+def model_app(latency_s: float, capacity: int):
+    from aiohttp import web
+
+    counters = Counters()
+    gate = asyncio.Semaphore(capacity)
+
+    async def complete(request):
+        body = await request.json()
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        judge = '"label"' in prompt
+        counters.arrive("judge" if judge else "answer")
+        counters.in_flight += 1
+        if counters.in_flight > capacity:
+            counters.over_capacity += 1
+        counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        try:
+            async with gate:
+                await asyncio.sleep(latency_s)
+        finally:
+            counters.in_flight -= 1
+        text = 'Same thing as the gold answer.\n{"label": "CORRECT"}' if judge else "loopback answer"
+        return web.json_response({
+            "id": "chatcmpl-loopback", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "loopback"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": 4,
+                      "total_tokens": len(prompt) // 4 + 4},
+        })
+
+    async def stats(_request):
+        return web.json_response(counters.snapshot())
+
+    async def reset(_request):
+        counters.reset()
+        return web.json_response({"ok": True})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([web.post("/v1/chat/completions", complete), web.get("/stats", stats),
+                    web.post("/reset", reset)])
+    return app
+
+
+async def _serve(app, port: int) -> None:
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096, reuse_address=True)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - the only way to read port 0's choice
+    print(f"PORT {bound}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("kind", choices=["participant", "model"])
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--latency-ms", type=float, default=20.0)
+    p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
+    p.add_argument("--capacity", type=int, default=100_000, help="requests served at once; more wait in a queue")
+    p.add_argument("--memories", type=int, default=10, help="items per Search reply (at most top_k)")
+    a = p.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is optional
+        pass
+    if a.kind == "participant":
+        add_latency = a.latency_ms if a.add_latency_ms is None else a.add_latency_ms
+        app = participant_app(a.latency_ms / 1000, add_latency / 1000, a.capacity, a.memories)
+    else:
+        app = model_app(a.latency_ms / 1000, a.capacity)
+    asyncio.run(_serve(app, a.port))
+
+
+class ServerProcess:
+    """Start one loopback server in a subprocess; use as a context manager.
+
+    Args:
+        kind: ``"participant"`` or ``"model"``.
+        *args: extra command-line flags (``"--latency-ms", "20"``...).
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>`` once started.
+    """
+
+    def __init__(self, kind: str, *args: str):
+        self.cmd = [sys.executable, str(Path(__file__).resolve()), kind, *args]
+        self.proc: subprocess.Popen | None = None
+        self.base_url = ""
+
+    def __enter__(self) -> "ServerProcess":
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("PORT "):
+            self.proc.kill()
+            raise RuntimeError(f"loopback server did not start: {self.cmd!r} printed {line!r}")
+        self.base_url = f"http://127.0.0.1:{int(line.split()[1])}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def stats(self) -> dict[str, Any]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.base_url}/stats", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def reset(self) -> None:
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.base_url}/reset", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def rate(self, kind: str) -> tuple[int, float | None]:
+        """(arrivals, steady-state rate N/(last-first) in req/s) for ``kind`` since the last reset."""
+        s = self.stats()
+        n = s["n"].get(kind, 0)
+        if n < 2:
+            return n, None
+        span = s["last"][kind] - s["first"][kind]
+        return n, (n - 1) / span if span > 0 else None
+
+
+if __name__ == "__main__":
+    main()
