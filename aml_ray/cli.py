@@ -250,5 +250,7 @@ app.command("check")(check_command)
 from aml_ray.serve_app.cli import serve_command  # noqa: E402
 app.command("serve")(serve_command)
 
+from aml_ray.datasets.cli import datasets_app; app.add_typer(datasets_app, name="datasets")  # noqa: E402,E702
+
 if __name__ == "__main__":
     app()

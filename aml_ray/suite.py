@@ -388,7 +388,7 @@ class BundleCheck:
         by = Counter(fc.status for fc in self.files)
         n = len(self.files)
         if self.status == "ok":
-            return f"ok: {n} file(s) match their sha256 pins under {self.data_path}"
+            return f"ok: {n} file(s) match their sha256 pins ({self.data_path})"
         if self.status == "unpinned":
             todo = [f"{fc.file.path} sha256 {fc.sha256}" for fc in self.files if fc.status == "unpinned"]
             return f"present but not pinned in the suite yet: {'; '.join(todo)}"

@@ -301,3 +301,78 @@ def test_cli_suite_refuses_data_and_unknown_suites(tmp_path):
     assert res.exit_code == 2 and "--suite fixes the dataset files" in res.output
     res = runner.invoke(app, ["run", "--suite", "nope", "--out", str(tmp_path / "b")])
     assert res.exit_code == 2 and "suite 'nope' not found" in res.output
+
+
+# --- aml-ray datasets fetch / verify --------------------------------------------------------------------
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from aml_ray.cli import app
+
+    return CliRunner().invoke(app, ["datasets", *args])
+
+
+def test_verify_prints_one_line_per_bundle_with_counts():
+    res = _cli("verify", "--datasets-dir", str(SHARED_DATASETS))
+    assert res.exit_code == 0, res.output
+    lines = {ln.split()[0]: ln for ln in res.output.splitlines()[1:] if ln.strip()}
+    assert set(lines) == {"locomo", "locomo_refined", "longmemeval_s", "longmemeval_oracle", "beam", "scriptmem",
+                          "personamem", "clbench"}
+    assert "counts ok (1986 questions)" in lines["locomo"] and "counts ok (500 questions)" in lines["longmemeval_oracle"]
+    assert "absent" in lines["personamem"] and "not published" in lines["scriptmem"]
+
+
+def test_verify_reports_a_changed_file_and_exits_1(tmp_path):
+    (tmp_path / "locomo").mkdir()
+    (tmp_path / "locomo" / "locomo10.json").write_text("[]")
+    res = _cli("verify", "--datasets-dir", str(tmp_path), "--no-counts")
+    assert res.exit_code == 1 and "SHA256 MISMATCH" in res.output and "expected 79fa87e9" in res.output
+
+
+def test_fetch_downloads_verifies_and_refuses(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "refined.json").write_text('[{"sample_id": "conv-1"}]')
+    (www / "questions.csv").write_text("question_id\n")
+    (www / "contexts.jsonl").write_text("")
+    handler = functools.partial(type("Quiet", (http.server.SimpleHTTPRequestHandler,),
+                                     {"log_message": lambda *a: None}), directory=str(www))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        data = json.loads((PROMPT_DIR.parent / "suites" / "textual.json").read_text())
+        by = {b["name"]: b for b in data["bundles"]}
+        by["locomo_refined"]["files"][0].update(url=f"{base}/refined.json",
+                                                sha256=hashlib.sha256((www / "refined.json").read_bytes()).hexdigest())
+        by["personamem"]["files"][0]["url"] = f"{base}/questions.csv"
+        by["personamem"]["files"][1]["url"] = f"{base}/contexts.jsonl"
+        by["locomo"]["files"][0]["url"] = f"{base}/refined.json"  # wrong bytes for the LoCoMo pin
+        suite_file = tmp_path / "suite.json"
+        suite_file.write_text(json.dumps(data))
+        root = tmp_path / "datasets"
+        monkeypatch.setenv("AML_DATASETS_DIR", str(root))
+        common = ["--suite", str(suite_file)]
+        res = _cli("fetch", "locomo_refined", *common)
+        assert res.exit_code == 0, res.output
+        assert "fetched  locomo_refined/locomo_refined.json (sha256 verified)" in res.output
+        assert (root / "locomo_refined" / "locomo_refined.json").is_file()
+        res = _cli("fetch", "locomo_refined", *common)
+        assert res.exit_code == 0 and "present  locomo_refined/locomo_refined.json" in res.output
+        res = _cli("fetch", "personamem", *common)
+        assert res.exit_code == 0 and res.output.count("NOT PINNED") == 2
+        res = _cli("fetch", "locomo", *common)
+        assert res.exit_code == 1 and "FAILED" in res.output and "sha256 mismatch" in res.output
+        assert not (root / "locomo").exists() or not any((root / "locomo").iterdir())
+        res = _cli("fetch", "longmemeval_oracle", *common)
+        assert res.exit_code == 1 and "no direct download" in res.output and "Memoria" in res.output
+        res = _cli("fetch", "nope", *common)
+        assert res.exit_code == 2 and "no bundle 'nope'" in res.output
+    finally:
+        server.shutdown()
+        server.server_close()
