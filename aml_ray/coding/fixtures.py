@@ -215,7 +215,7 @@ def _trajectories(rng: random.Random, t: _Template, others: list[_Template], idx
                           f"is:\n{t.fix}\nI restored it; remember this line if {t.function} regresses."),
             ("tool", "pytest: all tests passed"),
             ("user", f"Thanks, {t.symptom} works again."),
-        ], rng.randint(14, 22), t, repo))
+        ], rng.randint(16, 24), t, repo))  # more than 20 turns: at least two Add chunks
     other = others[0]
     noisy = [
         Trajectory(
