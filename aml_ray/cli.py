@@ -250,6 +250,9 @@ app.command("check")(check_command)
 from aml_ray.serve_app.cli import serve_command  # noqa: E402
 app.command("serve")(serve_command)
 
+from aml_ray.coding.cli import coding_app  # noqa: E402
+app.add_typer(coding_app, name="coding")
+
 from aml_ray.datasets.cli import datasets_app; app.add_typer(datasets_app, name="datasets")  # noqa: E402,E702
 
 if __name__ == "__main__":
