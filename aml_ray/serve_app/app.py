@@ -14,7 +14,7 @@ import aml_ray
 from aml_ray.security import SecretBox
 from aml_ray.serve_app.deps import Service
 from aml_ray.serve_app.errors import install_error_handlers
-from aml_ray.serve_app.routes import access, admin, jobs, keys, leaderboard, results
+from aml_ray.serve_app.routes import access, admin, jobs, keys, leaderboard, pages, results
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.serve_app.worker import JobWorker
 from aml_ray.store import make_engine, session_factory, upgrade
@@ -66,6 +66,6 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                               "private results, review and the public leaderboard.")
     app.state.service = service
     install_error_handlers(app)
-    for module in (access, keys, jobs, results, admin, leaderboard):
+    for module in (access, keys, jobs, results, admin, leaderboard, pages):
         app.include_router(module.router)
     return app

@@ -53,10 +53,15 @@ def leaderboard_json(track: Track, session: SessionDep, division: Division | Non
 
 
 @router.get("/leaderboard/{track}", response_class=HTMLResponse)
-def leaderboard_page(request: Request, track: Track, session: SessionDep, division: Division | None = None,
+def leaderboard_page(request: Request, track: Track, session: SessionDep,
+                     division: Division | Literal[""] | None = None,
                      dataset: Annotated[str | None, Query(max_length=64)] = None, sort: Sort | None = None,
                      order: Literal["asc", "desc"] = "desc") -> HTMLResponse:
-    """The public leaderboard page: Overall, per-dataset columns with score bars, filters and sorting."""
+    """The public leaderboard page: Overall, per-dataset columns with score bars, filters and sorting.
+
+    An empty ``division`` or ``dataset`` (the filter form's "All") means no filter.
+    """
+    division, dataset = division or None, dataset or None
     data = board(session, track, division, dataset, sort, order)
     all_datasets = sorted(set(TRACK_DATASETS.get(track, ())) | set(data.datasets))
     return templates.TemplateResponse(request, "leaderboard.html", {

@@ -1,0 +1,192 @@
+"""The public leaderboard page and a participant's job page in real headless Chromium (Playwright).
+
+The app is served by uvicorn on loopback (``tests.servers.ThreadServer``) over ``create_app`` with test
+settings and no job worker; the board is seeded through the store (smoke -> full -> review -> approval).
+Chromium is Debian's ``/usr/bin/chromium`` (``apt-get install chromium``): the tests never run
+``playwright install`` and are skipped when the binary is missing. Screenshots go under ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+from playwright.sync_api import expect
+from pydantic import SecretStr
+
+from aml_ray.serve_app.app import create_app
+from aml_ray.serve_app.settings import ServiceSettings
+from aml_ray.store.synthetic import SyntheticEntry, job_in_progress, publish
+from tests.servers import ThreadServer
+
+CHROMIUM = Path(os.environ.get("AML_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+ERROR = "contract error in Add: response field 'success' must be true (got false) for sample conv-26 chunk 3"
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} missing: apt-get install chromium")
+
+ENTRIES = [
+    SyntheticEntry("Atlas Memory", "Atlas Labs", "commercial", {"locomo": 0.712, "longmemeval": 0.655},
+                   published_at=datetime(2026, 3, 2, tzinfo=timezone.utc)),
+    SyntheticEntry("BM25 baseline", "aml-ray", "open_source", {"locomo": 0.481},
+                   published_at=datetime(2026, 2, 14, tzinfo=timezone.utc)),
+    SyntheticEntry("Cortex", "Cortex Inc.", "commercial", {"locomo": 0.634, "longmemeval": 0.702}, coverage=0.97,
+                   published_at=datetime(2026, 3, 20, tzinfo=timezone.utc)),
+    SyntheticEntry("GraphMem", "Uni Research", "open_source", {"locomo": 0.587, "longmemeval": 0.540},
+                   published_at=datetime(2026, 1, 30, tzinfo=timezone.utc)),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
+    """A served app with four published rows and two private jobs; yields (base URL, {name: (key, job id)})."""
+    tmp = tmp_path_factory.mktemp("pages")
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp / 'aml.sqlite3'}",
+                               master_keys=[SecretStr(Fernet.generate_key().decode())], run_worker=False,
+                               health_check=False, runs_dir=tmp / "runs")
+    app = create_app(settings)
+    service = app.state.service
+    jobs = {}
+    with service.sessions.begin() as session:
+        for entry in ENTRIES:
+            publish(session, entry)
+        key, job = job_in_progress(session, system="Progress Probe")
+        jobs["running"] = (key, job.id)
+        key, job = job_in_progress(session, system="Broken Probe", done={"add": 3}, failed=ERROR)
+        jobs["failed"] = (key, job.id)
+    with ThreadServer(app) as server:
+        yield server.base_url, jobs
+    service.engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def browser_errors() -> list[str]:
+    """Script errors and console errors of the test's page (a test clears the ones it expects)."""
+    return []
+
+
+@pytest.fixture
+def page(browser, browser_errors):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.on("pageerror", lambda exc: browser_errors.append(str(exc)))
+    page.on("console", lambda msg: browser_errors.append(msg.text) if msg.type == "error" else None)
+    yield page
+    context.close()
+    assert browser_errors == [], f"browser errors: {browser_errors}"
+
+
+def board_rows(page) -> list[tuple[str, str, str]]:
+    """(rank, system, division) of each row shown."""
+    return [(r.locator("td").nth(0).inner_text(), r.get_attribute("data-system"), r.get_attribute("data-division"))
+            for r in page.locator("#board tbody tr").all()]
+
+
+def test_leaderboard_page_rows_bars_filter_and_screenshot(site, page, tmp_path):
+    base, _ = site
+    page.goto(f"{base}/leaderboard/textual")
+    assert page.title() == "AML leaderboard: Textual"
+    assert board_rows(page) == [("1", "Atlas Memory", "commercial"), ("2", "Cortex", "commercial"),
+                                ("3", "GraphMem", "open_source"), ("4", "BM25 baseline", "open_source")]
+    headers = [h.inner_text() for h in page.locator("#board thead th").all()]
+    assert headers == ["Rank", "System", "Version", "Division", "Overall ▼", "locomo", "longmemeval", "Coverage",
+                       "Date"]
+    first = page.locator("#board tbody tr").first
+    # Overall is the mean of the datasets: (71.2 + 65.5) / 2 = 68.35 -> 68.3 (rounding half to even)
+    assert first.locator("td").nth(4).inner_text().strip() in ("68.3", "68.4")
+    bar = first.locator("td").nth(5).locator(".bar > span")
+    assert bar.get_attribute("style") == "width: 71.2%"
+    track_width = first.locator("td").nth(5).locator(".bar").bounding_box()["width"]
+    assert bar.bounding_box()["width"] == pytest.approx(0.712 * track_width, abs=1.5)
+    baseline = page.locator('tr[data-system="BM25 baseline"] td')
+    assert baseline.nth(6).inner_text().strip() == "-"  # no longmemeval score: no bar
+    assert baseline.nth(8).inner_text() == "2026-02-14"
+    page.screenshot(path=str(tmp_path / "leaderboard-textual.png"), full_page=True)
+
+    page.select_option("#division", "open_source")
+    page.click("#apply")
+    page.wait_for_url("**division=open_source**")
+    assert board_rows(page) == [("1", "GraphMem", "open_source"), ("2", "BM25 baseline", "open_source")]
+    assert page.locator("#division").input_value() == "open_source"
+
+    page.select_option("#division", "")
+    page.select_option("#dataset", "longmemeval")
+    page.click("#apply")
+    page.wait_for_url("**dataset=longmemeval**")
+    assert [r[1] for r in board_rows(page)] == ["Cortex", "Atlas Memory", "GraphMem"]  # ranked by longmemeval
+    headers = [h.inner_text() for h in page.locator("#board thead th").all()]
+    assert "longmemeval" in headers and "locomo" not in headers
+    page.screenshot(path=str(tmp_path / "leaderboard-textual-longmemeval.png"), full_page=True)
+
+    page.get_by_role("link", name="System").click()
+    page.wait_for_url("**sort=system**")
+    assert [r[1] for r in board_rows(page)] == ["GraphMem", "Cortex", "Atlas Memory"]
+    assert page.locator("#board thead th").nth(1).inner_text() == "System ▼"
+    assert (tmp_path / "leaderboard-textual.png").stat().st_size > 10_000
+
+
+def test_empty_track_page_says_so(site, page):
+    base, _ = site
+    page.goto(f"{base}/leaderboard/coding")
+    assert page.locator("#empty").inner_text() == "No published results on this board yet."
+    page.get_by_role("link", name="Textual").click()
+    assert page.locator("#board tbody tr").count() == len(ENTRIES)
+
+
+def test_job_page_shows_stage_progress_for_its_key_only(site, page, browser_errors, tmp_path):
+    base, jobs = site
+    key, job_id = jobs["running"]
+    page.goto(f"{base}/jobs/{job_id}")
+    assert page.locator("#job").is_hidden()
+    page.fill("#key", "aml_not-a-valid-key")
+    page.click("#show")
+    expect(page.locator("#message")).to_have_text("That Leaderboard API key is not valid.")
+    page.fill("#key", jobs["failed"][0])  # a valid key, but another participant's
+    page.click("#show")
+    expect(page.locator("#message")).to_have_text("No job with this id for this key.")
+    assert page.locator("#job").is_hidden()
+    # Chromium logs the two refused API calls (401, then 404) as console errors: expected here
+    assert [e for e in browser_errors if "status of 401" not in e and "status of 404" not in e] == []
+    browser_errors.clear()
+
+    page.fill("#key", key)
+    page.click("#show")
+    page.wait_for_selector("#stages tbody tr")
+    assert page.locator("#status").inner_text() == "running"
+    rows = [(r.get_attribute("data-stage"), r.locator("td").nth(1).inner_text())
+            for r in page.locator("#stages tbody tr").all()]
+    assert rows == [("add", "28 / 28"), ("search", "61 / 152"), ("answer", "40 / 152"), ("judge", "12 / 152")]
+    assert page.locator('tr[data-stage="search"] .bar > span').get_attribute("style") == "width: 40.1%;"
+    assert page.locator("#error").is_hidden()
+    assert page.locator("#key").input_value() == ""  # the key is not left in the form
+    assert key not in page.content() and key not in page.url
+    page.screenshot(path=str(tmp_path / "job-running.png"), full_page=True)
+
+
+def test_job_page_shows_the_error_summary_of_a_failed_job(site, page, tmp_path):
+    base, jobs = site
+    key, job_id = jobs["failed"]
+    response = page.goto(f"{base}/jobs/{job_id}")
+    assert response.headers["cache-control"] == "no-store"
+    assert "script-src 'nonce-" in response.headers["content-security-policy"]
+    page.fill("#key", key)
+    page.click("#show")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.locator("#status").inner_text() == "failed"
+    assert page.locator("#error-text").inner_text() == ERROR
+    page.screenshot(path=str(tmp_path / "job-failed.png"), full_page=True)
