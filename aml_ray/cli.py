@@ -249,6 +249,7 @@ app.command("check")(check_command)
 
 from aml_ray.serve_app.cli import serve_command  # noqa: E402
 app.command("serve")(serve_command)
+from aml_ray.serve_app.purge import purge_command; app.command("purge")(purge_command)  # noqa: E402,E702
 
 from aml_ray.coding.cli import coding_app  # noqa: E402
 app.add_typer(coding_app, name="coding")

@@ -28,6 +28,11 @@ from aml_ray.store.engine import database_url
 TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ()}
 
 
+def default_runs_dir() -> Path:
+    """Where the service writes job run directories (evidence, run.json): ``<data dir>/service-runs``."""
+    return data_dir() / "service-runs"
+
+
 @dataclass
 class ServiceSettings:
     """Everything :func:`aml_ray.serve_app.app.create_app` needs.
@@ -55,7 +60,7 @@ class ServiceSettings:
     admin_token: SecretStr | None = None
     allow_loopback: bool = False
     edition: str = "cycle-2"
-    runs_dir: Path = field(default_factory=lambda: data_dir() / "service-runs")
+    runs_dir: Path = field(default_factory=default_runs_dir)
     dataset_paths: dict[str, Path] = field(default_factory=dict)
     smoke_limit_samples: int = 1
     full_limit_samples: int | None = None
