@@ -74,7 +74,8 @@ def overall_table(result, *, offline: bool) -> Table:
         t.add_column(c, justify="right" if c in ("questions", "scored", "coverage", "score") else "left",
                      overflow="fold")
     for o in result.outcomes:
-        note = _short(o.reason or "")
+        reason = o.reason or ""
+        note = f"absent (aml-ray datasets fetch {o.name})" if reason.startswith("absent") else _short(reason, 60)
         if o.status == "ran":
             extra = [f"{k} {_num(v)}" for k, v in o.task_averages.items()]
             if o.substitute_for:
