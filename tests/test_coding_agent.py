@@ -17,10 +17,12 @@ class ScriptedModel:
     def __init__(self, replies):
         self.replies = list(replies)
         self.prompts: list[str] = []
+        self.systems: list[dict] = []
         self.kwargs: list[dict] = []
 
     async def complete_batch(self, batch, **kw):
-        prompt = batch[0][0]["content"]
+        self.systems.append(batch[0][0])
+        prompt = batch[0][-1]["content"]
         self.prompts.append(prompt)
         self.kwargs.append(kw)
         reply = self.replies.pop(0) if self.replies else "LIST ."
@@ -67,7 +69,9 @@ async def test_agent_reads_then_submits_and_every_step_is_recorded(repo):
     assert "f must return 2 (fixed before)" in first and "f() should return 2" in first
     assert "pkg/core.py" in first and "README.md" in first  # the file list
     assert '<step n="1">' in second and "return 1" in second
-    assert model.kwargs[0]["prompt_sha256"] == load_prompt("coding_agent").sha256
+    system = load_prompt("coding_agent_system")
+    assert model.systems[0] == {"role": "system", "content": system.text} and len(set(map(str, model.systems))) == 1
+    assert len(model.kwargs[0]["prompt_sha256"]) == 64
     assert all(len(s["prompt_sha256"]) == 64 for s in result.steps)
 
 

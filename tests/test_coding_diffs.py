@@ -60,7 +60,8 @@ def test_new_and_deleted_files(repo):
 
 def test_no_newline_at_end_of_file(repo):
     (repo / "f.txt").write_text("a\nb")
-    diff = "--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n"
+    diff = ("--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n"
+            "\\ No newline at end of file\n")
     apply_diff(repo, diff)
     assert (repo / "f.txt").read_text() == "a\nc"
 

@@ -59,6 +59,7 @@ def test_relevant_memory_resolves_noisy_does_not(tmp_path):
 
     attempts = result.attempts
     assert attempts.height == 9 and set(attempts["status"]) == {"scored"}
+    assert read_attempts(result.run_dir).sort("sample_id").equals(attempts.sort("sample_id"))
     by_cond = {c: attempts.filter(pl.col("condition") == c) for c in ("relevant", "noisy", "baseline")}
     assert by_cond["relevant"]["resolved"].to_list() == [True] * 3
     assert by_cond["noisy"]["resolved"].to_list() == [False] * 3
@@ -83,6 +84,7 @@ def test_relevant_memory_resolves_noisy_does_not(tmp_path):
     info = json.loads(result.run_dir.run_json.read_text())
     assert info["status"] == "completed" and info["summary"]["gain_vs_noisy"] == 1.0
     assert info["prompts"]["agent"]["name"] == "coding_agent" and info["sandbox"]["kind"] == "subprocess"
+    assert info["prompts"]["agent_system"]["name"] == "coding_agent_system"
     assert json.loads(result.run_dir.results_json.read_text())["summary"]["conditions"]["relevant"]["n_resolved"] == 3
 
     # evidence: every Add chunk, every agent step, every test outcome
@@ -129,3 +131,37 @@ def test_resume_reads_finished_attempts_back(tmp_path):
     assert again.attempts["resolved"].to_list() == first.attempts["resolved"].to_list() == [True]
     assert again.run_info["run_id"] == first.run_info["run_id"]
     assert RunDir(tmp_path / "run").run_json.is_file()
+
+
+def test_refused_looping_and_breaking_diffs_are_recorded_unresolved(tmp_path):
+    """Through the runner: relevant -> a diff outside the repository, noisy -> an endless loop,
+    baseline -> a fix that breaks a passing test. Each is scored unresolved, with its reason in evidence."""
+    bench, keys = generate_bench(tmp_path / "bench", n_repos=1, seed=4)
+    key = keys[0]
+
+    def script(prompt: str, n: int) -> Reply:
+        memories = prompt.split("<memories>", 1)[1].split("</memories>", 1)[0]
+        if key.clue in memories:
+            return Reply("DIFF\n--- a/../escape.py\n+++ b/../escape.py\n@@ -0,0 +1 @@\n+print('out')\n")
+        if "(no memories)" in memories:
+            return Reply("DIFF\n" + key.breaking_diff)
+        return Reply("DIFF\n" + key.looping_diff)
+
+    fake = FakeOpenAI(script)
+    with ThreadServer(fake.app) as http, ReferenceServer(tmp_path / "ref") as ref:
+        result = run_coding(CodingRunConfig(
+            bench=bench, participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
+            answer=ModelEndpoint(role="answer", base_url=f"{http.base_url}/v1", model="m"),
+            out_dir=tmp_path / "run", sandbox=SubprocessSandbox(SandboxConfig(wall_clock_s=8))))
+    rows = {r["condition"]: r for r in result.attempts.to_dicts()}
+    assert all(r["status"] == "scored" and r["resolved"] is False for r in rows.values())
+    assert rows["relevant"]["sandbox_status"] == "refused" and "'..'" in rows["relevant"]["sandbox_detail"]
+    assert rows["noisy"]["sandbox_status"] == "timeout" and rows["noisy"]["timed_out"] is True
+    assert {t["outcome"] for t in rows["noisy"]["tests"]} <= {"timeout", "not_run"}
+    broken = {t["nodeid"]: t for t in rows["baseline"]["tests"]}
+    assert rows["baseline"]["sandbox_status"] == "ok"
+    assert all(t["outcome"] == "passed" for t in broken.values() if t["kind"] == "FAIL_TO_PASS")
+    assert any(t["outcome"] == "failed" for t in broken.values() if t["kind"] == "PASS_TO_PASS")
+    assert result.run_info["sandbox_statuses"] == {"ok": 1, "refused": 1, "timeout": 1}
+    assert set(result.rates["resolved_rate"]) == {0.0} and set(result.rates["coverage"]) == {1.0}
+    assert not (tmp_path / "escape.py").exists()

@@ -104,7 +104,8 @@ def test_archive_snapshot_and_a_clean_environment(fixture_bench, tmp_path, monke
     env = sandbox.test_env(tmp_path)
     assert "ANSWER_API_KEY" not in env and "HTTPS_PROXY" not in env and env["no_proxy"] == "*"
     job = SandboxJob(instance_id=task.instance_id, snapshot=str(archive), diff=key.fix_diff + leak,
-                     test_patch=task.test_patch, fail_to_pass=(*task.fail_to_pass, "tests/test_env.py::test_no_secrets"),
+                     test_patch=task.test_patch,
+                     fail_to_pass=(*task.fail_to_pass, "tests/test_env.py::test_no_secrets"),
                      pass_to_pass=task.pass_to_pass)
     report = sandbox.run(job)  # in-process too: the Sandbox interface does not need Ray
     assert report.status == "ok", report.output_tail
@@ -120,6 +121,19 @@ def test_missing_snapshot_and_unknown_test_ids(fixture_bench):
     report = sandbox.run(job)
     assert report.tests["tests/test_core.py::does_not_exist"] == "not_run"
     assert not report_resolved(report, job.fail_to_pass, job.pass_to_pass)
+
+
+def test_memory_limit_turns_a_huge_allocation_into_a_failure(fixture_bench):
+    bench, keys = fixture_bench
+    task, key = bench.tasks[0], keys[0]
+    hog = ("--- /dev/null\n+++ b/tests/test_hog.py\n@@ -0,0 +1,2 @@\n+def test_hog():\n"
+           "+    assert len(bytearray(2 * 1024 ** 3)) > 0\n")
+    job = _job(task, key.fix_diff + hog).model_copy(
+        update={"pass_to_pass": (*task.pass_to_pass, "tests/test_hog.py::test_hog")})
+    report = SubprocessSandbox(SandboxConfig(wall_clock_s=60, memory_mb=512)).run(job)
+    assert report.status == "ok" and report.config["memory_mb"] == 512
+    assert report.tests["tests/test_hog.py::test_hog"] == "failed" and "MemoryError" in report.output_tail
+    assert all(report.tests[t] == "passed" for t in task.fail_to_pass)
 
 
 def test_container_sandbox_command_has_no_network_and_limits(tmp_path):

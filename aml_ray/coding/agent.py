@@ -1,12 +1,13 @@
 """The locked coding agent: a bounded loop with the answer model that ends in a unified diff.
 
-The loop (everything an auditor needs is in this file and ``prompts/coding_agent.j2``):
+The loop (everything an auditor needs is in this file, ``prompts/coding_agent_system.j2`` (the fixed
+system prompt: the protocol and rules) and ``prompts/coding_agent.j2`` (the user message of a step)):
 
 1. The memories Search returned are kept in participant order and cut to ``memory_budget_tokens``
    (the Textual rule, :func:`aml_ray.context.fit_context`); the baseline condition has none.
-2. Each step renders the fixed prompt with the memories, the problem statement, the repository's file
-   list and every earlier step (action + observation), and sends it as one user message at
-   temperature 0 (so each step's prompt is self-contained and cacheable).
+2. Each step sends the fixed system prompt and one user message rendered with the memories, the
+   problem statement, the repository's file list, the steps left and every earlier step (action +
+   observation), at temperature 0 (each step's request is self-contained and cacheable).
 3. The reply's first action line decides: ``LIST <dir>`` and ``READ <path>`` are answered from the
    snapshot (read-only, paths checked like a diff's, output cut to ``max_observation_chars``);
    ``DIFF`` ends the loop with the lines after it as the candidate diff (Markdown fences removed). A
@@ -16,8 +17,8 @@ The loop (everything an auditor needs is in this file and ``prompts/coding_agent
    reports them) would pass ``max_total_tokens``; the step that reaches either limit is told it is the
    last. A model failure (after the client's bounded retries) stops the loop as ``model_error``.
 
-Every step becomes one evidence row (:data:`STEP_SCHEMA`): the rendered prompt's sha256, the reply, the
-parsed action, the observation, usage and latency.
+Every step becomes one evidence row (:data:`STEP_SCHEMA`): the sha256 of the rendered user message, the
+reply, the parsed action, the observation, usage and latency.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.tokens import count_tokens
 
 AGENT_PROMPT = "coding_agent"
+AGENT_SYSTEM_PROMPT = "coding_agent_system"
 _ACTION = re.compile(r"^[ \t>*`]*(LIST|READ|DIFF)\b[ \t:]*(.*)$", re.MULTILINE)
 _FENCE = re.compile(r"^```[\w+-]*[ \t]*$", re.MULTILINE)
 
@@ -198,8 +200,8 @@ def _sha(text: str) -> str:
 
 
 async def run_agent(view: AgentView, repo_dir: Path, memories: list[dict[str, Any]], *, model,
-                    model_name: str, budget: AgentBudget = AgentBudget(), prompt: Prompt | None = None
-                    ) -> AgentResult:
+                    model_name: str, budget: AgentBudget = AgentBudget(), prompt: Prompt | None = None,
+                    system_prompt: Prompt | None = None) -> AgentResult:
     """Run the locked agent on one task (see the module docstring for the loop).
 
     Args:
@@ -210,12 +212,16 @@ async def run_agent(view: AgentView, repo_dir: Path, memories: list[dict[str, An
         model: an object with ``async complete_batch(batch, **kw)`` (``ModelClient`` or ``ActorModel``).
         model_name: the answer model's name (token counting).
         budget: the limits.
-        prompt: the agent prompt (default ``coding_agent``).
+        prompt: the user-message template (default ``coding_agent``).
+        system_prompt: the fixed system prompt (default ``coding_agent_system``; rendered without values).
 
     Returns:
         The :class:`AgentResult`.
     """
     prompt = prompt or load_prompt(AGENT_PROMPT)
+    system_prompt = system_prompt or load_prompt(AGENT_SYSTEM_PROMPT)
+    system = system_prompt.render()
+    pin = hashlib.sha256(f"{system_prompt.sha256}:{prompt.sha256}".encode()).hexdigest()
     ctx = fit_context(memories, budget.memory_budget_tokens, model_name)
     repo = RepoView(repo_dir, budget.max_observation_chars)
     file_list = repo.file_list(budget.max_file_list)
@@ -232,7 +238,8 @@ async def run_agent(view: AgentView, repo_dir: Path, memories: list[dict[str, An
                                  final=final)
 
         def fits(text: str) -> bool:
-            return used + count_tokens(text, model_name) + budget.max_completion_tokens <= budget.max_total_tokens
+            need = count_tokens(system, model_name) + count_tokens(text, model_name) + budget.max_completion_tokens
+            return used + need <= budget.max_total_tokens
 
         last_reason = "step_budget" if n == budget.max_steps else None
         text = render(last_reason is not None)
@@ -241,8 +248,9 @@ async def run_agent(view: AgentView, repo_dir: Path, memories: list[dict[str, An
             if not fits(text):
                 result.stop_reason = "token_budget"
                 break
-        out = (await model.complete_batch([[{"role": "user", "content": text}]],
-                                          max_tokens=budget.max_completion_tokens, prompt_sha256=prompt.sha256))[0]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        out = (await model.complete_batch([messages], max_tokens=budget.max_completion_tokens,
+                                          prompt_sha256=pin))[0]
         row: dict[str, Any] = {"step": n, "prompt_sha256": _sha(text), "prompt_chars": len(text),
                                "reply": out.get("text") or "", "model_status": out["status"],
                                "model_error": out.get("error"), "attempts": out.get("attempts"),

@@ -130,8 +130,8 @@ def load_bench(root: Path) -> CodingBench:
     for row in doc["tasks"]:
         snap = row.get("snapshot")
         snapshot = str((root / snap).resolve()) if snap else None
-        tasks.append(task_from_swebench_row(row, snapshot=snapshot, relevant=tuple(row.get("relevant_trajectories", ())),
-                                            noisy=tuple(row.get("noisy_trajectories", ())),
-                                            source=row.get("source", "local")))
+        tasks.append(task_from_swebench_row(
+            row, snapshot=snapshot, relevant=tuple(row.get("relevant_trajectories", ())),
+            noisy=tuple(row.get("noisy_trajectories", ())), source=row.get("source", "local")))
     return CodingBench(name=doc.get("name", "cambench-local"), tasks=tuple(tasks), trajectories=trajectories,
                        root=root)

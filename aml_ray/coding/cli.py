@@ -68,7 +68,8 @@ def run(
     search_url: Annotated[Optional[str], typer.Option(help="Search endpoint override.")] = None,
     auth: Annotated[str, typer.Option(help="none | Token | Bearer | X-Api-Key")] = "none",
     secret_env: Annotated[Optional[str], typer.Option(help="Variable holding the Memory System Key.")] = None,
-    conditions: Annotated[str, typer.Option(help="Comma-separated: relevant,noisy,baseline.")] = "relevant,noisy,baseline",
+    conditions: Annotated[str, typer.Option(help="Comma-separated: relevant,noisy,baseline.")
+                          ] = "relevant,noisy,baseline",
     top_k: Annotated[int, typer.Option(min=1, help="Search Top K (formal: 100).")] = 100,
     out: Annotated[Optional[Path], typer.Option(help="Run directory (default ./runs/<run_id>).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the run in --out.")] = False,
@@ -114,7 +115,8 @@ def run(
         try:
             cfg = CodingRunConfig(bench=loaded, participant=spec, answer=answer, out_dir=out,
                                   conditions=tuple(c.strip() for c in conditions.split(",") if c.strip()),
-                                  top_k=top_k, budget=AgentBudget(max_steps=max_steps, max_total_tokens=max_total_tokens),
+                                  top_k=top_k,
+                                  budget=AgentBudget(max_steps=max_steps, max_total_tokens=max_total_tokens),
                                   sandbox=sandbox, run_id=run_id, participant_label=label, limit_tasks=limit_tasks,
                                   resume=resume)
             console.print(f"[bold]aml-ray coding[/] run [cyan]{cfg.run_id}[/]: {loaded.name} "
@@ -122,7 +124,8 @@ def run(
             result = run_coding(cfg, num_cpus=num_cpus)
         except (CodingRunFailed, FileExistsError, ValueError) as exc:
             _fail(f"{exc}\n  run.json and evidence are in {out}")
-    rates, gains = rates_table(result.rates, result.gains, f"{loaded.name}: {label} (run {result.run_info['run_id']})")
+    rates, gains = rates_table(result.rates, result.gains,
+                               f"{loaded.name}: {label} (run {result.run_info['run_id']})")
     console.print(rates)
     console.print(gains)
     console.print(f"evidence: {out}/evidence (attempts, agent_steps, adds); run.json and results.json in {out}")

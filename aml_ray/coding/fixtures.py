@@ -119,7 +119,8 @@ def _templates(rng: random.Random) -> list[_Template]:
                          f"    assert mean([{a}, {b}]) == {(a + b) / 2}\n\n\ndef test_mean_of_equal_values():\n"
                          "    assert mean([4, 4, 4, 4]) == 4\n",
             p2p=("tests/test_core.py::test_total",),
-            f2p=("tests/test_regression.py::test_mean_of_two", "tests/test_regression.py::test_mean_of_equal_values"),
+            f2p=("tests/test_regression.py::test_mean_of_two",
+                 "tests/test_regression.py::test_mean_of_equal_values"),
             problem=f"mean([{a}, {b}]) returns {round((a + b) / 3, 4)} instead of {(a + b) / 2}; every "
                     "average on the dashboard is too low.",
             function="mean", other_function="total", symptom="averages on the dashboard"),
@@ -135,7 +136,8 @@ def _templates(rng: random.Random) -> list[_Template]:
             other_old="    return high - low",
             other_new="    return low - high",
             visible_tests="from ranges.clamp import clamp, span\n\n\ndef test_clamp_below():\n"
-                          f"    assert clamp(-3, {lo}, {hi}) == {lo}\n\n\ndef test_span():\n    assert span(2, 7) == 5\n",
+                          f"    assert clamp(-3, {lo}, {hi}) == {lo}\n\n\n"
+                          "def test_span():\n    assert span(2, 7) == 5\n",
             hidden_tests=f"from ranges.clamp import clamp\n\n\ndef test_clamp_inside():\n"
                          f"    assert clamp({hi // 2}, {lo}, {hi}) == {hi // 2}\n\n\ndef test_clamp_above():\n"
                          f"    assert clamp({hi + 5}, {lo}, {hi}) == {hi}\n",
@@ -182,7 +184,7 @@ def _ms(dt: datetime) -> int:
 
 
 def _turns(rng: random.Random, start: datetime, script: list[tuple[str, str]], filler: int,
-           t: _Template, repo: str) -> tuple[Turn, ...]:
+           t: _Template) -> tuple[Turn, ...]:
     """The scripted turns with ``filler`` exploration turns (tool call + result pairs) after the first."""
     explore: list[tuple[str, str]] = []
     for i in range(filler):
@@ -215,7 +217,7 @@ def _trajectories(rng: random.Random, t: _Template, others: list[_Template], idx
                           f"is:\n{t.fix}\nI restored it; remember this line if {t.function} regresses."),
             ("tool", "pytest: all tests passed"),
             ("user", f"Thanks, {t.symptom} works again."),
-        ], rng.randint(16, 24), t, repo))  # more than 20 turns: at least two Add chunks
+        ], rng.randint(16, 24), t))  # more than 20 turns: at least two Add chunks
     other = others[0]
     noisy = [
         Trajectory(
@@ -227,7 +229,7 @@ def _trajectories(rng: random.Random, t: _Template, others: list[_Template], idx
                 ("tool", t.source),
                 ("assistant", f"I added a docstring to {t.other_function}; {t.function} was not changed."),
                 ("user", "Good, thanks."),
-            ], rng.randint(2, 6), t, repo)),
+            ], rng.randint(2, 6), t)),
         Trajectory(
             trajectory_id=f"past-{t.name}-{idx}-ci", repo=f"fixtures/{other.name}", files_touched=(other.module,),
             title="CI cache",
@@ -235,7 +237,7 @@ def _trajectories(rng: random.Random, t: _Template, others: list[_Template], idx
                 ("user", f"The CI of fixtures/{other.name} is slow; can you speed it up?"),
                 ("assistant", "I enabled the pip cache in the CI workflow; tests take 40 s less."),
                 ("user", "Great."),
-            ], rng.randint(0, 4), other, f"fixtures/{other.name}")),
+            ], rng.randint(0, 4), other)),
     ]
     return relevant, noisy
 

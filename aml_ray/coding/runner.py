@@ -42,7 +42,14 @@ import pyarrow.parquet as pq
 import aml_ray
 from aml_ray.actors.participant import ParticipantError, ParticipantSpec
 from aml_ray.coding.agent import STEP_SCHEMA, AgentBudget, AgentResult, run_agent
-from aml_ray.coding.sandbox import Sandbox, SandboxJob, SubprocessSandbox, TestReport, materialize_snapshot, sandbox_remote
+from aml_ray.coding.sandbox import (
+    Sandbox,
+    SandboxJob,
+    SubprocessSandbox,
+    TestReport,
+    materialize_snapshot,
+    sandbox_remote,
+)
 from aml_ray.coding.scoring import memory_gain, report_resolved, resolved_rates, summary
 from aml_ray.coding.task import CONDITIONS, CodingBench, CodingTask, Condition
 from aml_ray.coding.trajectories import add_requests, sample_id, search_request
@@ -93,7 +100,8 @@ class CodingRunConfig:
         sandbox_retries: Ray ``max_retries`` of a sandbox task (default 2).
         sandbox_cpus: CPUs reserved per sandbox task (default 1).
         limit_tasks: only the first N tasks.
-        prompt / prompt_sha256: agent prompt override (name, path or URL) and its pin.
+        prompt / prompt_sha256: override of the agent's user-message template (name, path or URL) and its pin.
+        system_prompt / system_prompt_sha256: override of the agent's fixed system prompt and its pin.
         resume: continue the run in ``out_dir`` (its run_id is reused; finished attempts are read back).
     """
 
@@ -114,6 +122,8 @@ class CodingRunConfig:
     limit_tasks: int | None = None
     prompt: str | None = None
     prompt_sha256: str | None = None
+    system_prompt: str | None = None
+    system_prompt_sha256: str | None = None
     resume: bool = False
 
     def __post_init__(self) -> None:
@@ -142,6 +152,14 @@ def _folders(run_dir: RunDir) -> tuple[Path, Path]:
     return run_dir.root / "evidence" / "agent_steps", run_dir.root / "evidence" / "attempts"
 
 
+def _prompts(cfg: CodingRunConfig):
+    """The agent's user-message template and fixed system prompt, pinned when the config pins them."""
+    from aml_ray.coding.agent import AGENT_PROMPT, AGENT_SYSTEM_PROMPT
+
+    return (load_prompt(cfg.prompt or AGENT_PROMPT, cfg.prompt_sha256),
+            load_prompt(cfg.system_prompt or AGENT_SYSTEM_PROMPT, cfg.system_prompt_sha256))
+
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -155,7 +173,7 @@ class _Attempts:
 
         self.cfg, self.participant, self.model = cfg, participant, ActorModel(model)
         self.run_dir, self.ids, self.on_progress = run_dir, ids, on_progress
-        self.prompt = load_prompt(cfg.prompt or "coding_agent", cfg.prompt_sha256)
+        self.prompt, self.system_prompt = _prompts(cfg)
         self.steps_dir, self.attempts_dir = _folders(run_dir)
         self.done = 0
         self._views: dict[str, Path] = {}
@@ -238,7 +256,8 @@ class _Attempts:
                 return
             memories = out["memories"]
         agent = await run_agent(task.agent_view(), await self._repo_view(task), memories, model=self.model,
-                                model_name=self.cfg.answer.model, budget=self.cfg.budget, prompt=self.prompt)
+                                model_name=self.cfg.answer.model, budget=self.cfg.budget, prompt=self.prompt,
+                                system_prompt=self.system_prompt)
         self._write_steps(sid, task, condition, agent)
         row.update(memories_in_context=agent.memories_in_context, memories_cut=agent.memories_cut,
                    context_tokens=agent.context_tokens, agent_steps=len(agent.steps),
@@ -284,7 +303,8 @@ def read_attempts(run_dir: RunDir) -> pl.DataFrame:
     files = sorted(_folders(run_dir)[1].glob("*.parquet"))
     if not files:
         return pl.from_arrow(ATTEMPT_SCHEMA.empty_table())  # type: ignore[return-value]
-    return pl.from_arrow(pa.concat_tables(pq.read_table(f).cast(ATTEMPT_SCHEMA) for f in files))  # type: ignore[return-value]
+    tables = [pq.read_table(f).cast(ATTEMPT_SCHEMA) for f in files]
+    return pl.from_arrow(pa.concat_tables(tables))  # type: ignore[return-value]
 
 
 def read_steps(run_dir: RunDir) -> pl.DataFrame:
@@ -292,7 +312,8 @@ def read_steps(run_dir: RunDir) -> pl.DataFrame:
     files = sorted(_folders(run_dir)[0].glob("*.parquet"))
     if not files:
         return pl.from_arrow(STEP_SCHEMA.empty_table())  # type: ignore[return-value]
-    return pl.from_arrow(pa.concat_tables(pq.read_table(f).cast(STEP_SCHEMA) for f in files))  # type: ignore[return-value]
+    tables = [pq.read_table(f).cast(STEP_SCHEMA) for f in files]
+    return pl.from_arrow(pa.concat_tables(tables))  # type: ignore[return-value]
 
 
 async def _run_all(cfg: CodingRunConfig, tasks: list[CodingTask], run_dir: RunDir, ids: IdScheme,
@@ -349,7 +370,7 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
         cfg.run_id = json.loads(run_dir.run_json.read_text(encoding="utf-8"))["run_id"]
     tasks = list(cfg.bench.tasks[: cfg.limit_tasks] if cfg.limit_tasks else cfg.bench.tasks)
     ids = IdScheme(cfg.run_id, cfg.bench.name)
-    prompt = load_prompt(cfg.prompt or "coding_agent", cfg.prompt_sha256)
+    prompt, system_prompt = _prompts(cfg)
     info: dict[str, Any] = {
         "run_id": cfg.run_id, "run_label": cfg.run_label, "track": "coding", "status": "running",
         "started_at": datetime.now(timezone.utc).isoformat(),
@@ -360,7 +381,8 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
         "conditions": list(cfg.conditions), "attempts": len(tasks) * len(cfg.conditions), "top_k": cfg.top_k,
         "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
         "models": {"answer": cfg.answer.describe()},
-        "prompts": {"agent": {"name": prompt.name, "sha256": prompt.sha256, "source": prompt.path}},
+        "prompts": {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
+                    for role, p in (("agent", prompt), ("agent_system", system_prompt))},
         "agent_budget": asdict(cfg.budget), "sandbox": cfg.sandbox.describe(),
         "sandbox_retries": cfg.sandbox_retries, "package_version": aml_ray.__version__,
     }
@@ -392,7 +414,8 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
     info.update(status="completed", finished_at=datetime.now(timezone.utc).isoformat(),
                 wall_s=round(time.perf_counter() - t0, 3), summary=head,
                 statuses=dict(sorted(attempts.group_by("status").len().iter_rows())),
-                sandbox_statuses=dict(sorted((str(k), v) for k, v in attempts.group_by("sandbox_status").len().iter_rows())),
+                sandbox_statuses=dict(sorted((str(k), v) for k, v in
+                                             attempts.group_by("sandbox_status").len().iter_rows())),
                 tokens={"prompt": int(attempts["prompt_tokens"].fill_null(0).sum()),
                         "completion": int(attempts["completion_tokens"].fill_null(0).sum())})
     write_json_atomic(info, run_dir.run_json)

@@ -65,8 +65,8 @@ def is_resolved(tests: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_p
         status: the report's status; ``refused``/``apply_failed``/``no_snapshot``/``error`` resolve nothing.
 
     Returns:
-        True when every non-skipped named test passes and at least one FAIL_TO_PASS test was checked
-        or all of them were skipped (SWE-bench counts an empty list as fully passed).
+        True when every named test that is not skipped passes (a list whose tests are all skipped
+        counts as passed, as SWE-bench's rate of an empty list is 1).
     """
     if status in _NO_VERDICT:
         return False
