@@ -381,7 +381,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
     ScriptMem's unpublished scripts), or it is a ``substitute_for`` bundle whose primary is present. A
     bundle whose files or counts differ from the suite is refused (``failed``), unless hash mismatches
     are allowed. A contract error or non-retryable participant status stops the suite (the remaining
-    bundles are ``failed`` with "not run"). Ray is started once for the whole suite.
+    bundles are ``failed`` with "not run"). Ray is started once, before the first bundle that runs.
 
     Args:
         cfg: the suite run's configuration.
@@ -412,7 +412,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
     outcomes: list[BundleOutcome] = []
     started = datetime.now(timezone.utc).isoformat()
     t0 = time.perf_counter()
-    started_ray = init_ray(num_cpus=num_cpus)
+    started_ray = False  # Ray starts with the first bundle that runs (a run where every bundle is skipped needs none)
     stopped: str | None = None
     try:
         for bundle in suite.bundles:
@@ -450,6 +450,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
                     context_budget_tokens=cfg.context_budget_tokens or suite.context_budget_tokens,
                     judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
                 progress = (lambda kind, values, _n=bundle.name: on_progress(_n, kind, values)) if on_progress else None
+                started_ray = init_ray(num_cpus=num_cpus) or started_ray
                 try:
                     result = evaluate(ecfg, on_progress=progress)
                 except FileNotFoundError as exc:

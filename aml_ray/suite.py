@@ -220,6 +220,12 @@ class Bundle(_Strict):
 
         A file under ``path`` keeps its place below ``data_path``; a file beside ``path`` (a sibling, such
         as PersonaMem's contexts file next to its questions) is looked up beside ``data_path``.
+
+        Args:
+            data_path: where the bundle's ``path`` is (default layout: ``<datasets dir>/<path>``).
+
+        Returns:
+            ``(file, location)`` for every file of the bundle, in suite order.
         """
         data_path = Path(data_path)
         base = PurePosixPath(self.path)
@@ -308,6 +314,12 @@ def _load_suite_file(path: str, mtime_ns: int) -> Suite:
 def load_suite(name_or_path: str | os.PathLike[str] = DEFAULT_SUITE) -> Suite:
     """Load and validate a suite by shipped name (``"textual"``) or by path.
 
+    Args:
+        name_or_path: a shipped suite name, or a path ending in ``.json``.
+
+    Returns:
+        The validated :class:`Suite` (cached until the file changes).
+
     Raises:
         FileNotFoundError: no such suite; the message lists the shipped ones.
         pydantic.ValidationError: the file does not follow the suite schema.
@@ -321,8 +333,14 @@ def load_suite(name_or_path: str | os.PathLike[str] = DEFAULT_SUITE) -> Suite:
 
 
 def datasets_dir(override: str | os.PathLike[str] | None = None) -> Path:
-    """The datasets directory: ``override`` (``--datasets-dir``), else ``$AML_DATASETS_DIR``, else
-    ``~/.aml-ray/datasets`` (the platform data directory's ``datasets``)."""
+    """The datasets directory (the one setting for where dataset files live).
+
+    Args:
+        override: ``--datasets-dir``; wins when given.
+
+    Returns:
+        ``override``, else ``$AML_DATASETS_DIR``, else ``<AML_DATA_DIR or ~/.aml-ray>/datasets``.
+    """
     if override is not None:
         return Path(override).expanduser()
     env = os.environ.get(DATASETS_DIR_ENV)
@@ -438,7 +456,14 @@ def check_bundle(bundle: Bundle, data_path: str | os.PathLike[str] | None = None
 
 
 def question_counts(samples) -> dict[str, Any]:
-    """``{"total": n, "by_category": {category: n}}`` over every question of ``samples`` (excluded too)."""
+    """Question counts of loaded samples.
+
+    Args:
+        samples: an adapter's samples.
+
+    Returns:
+        ``{"total": n, "by_category": {category: n}}`` over every question, excluded ones too.
+    """
     by = Counter(q.category for s in samples for q in s.questions)
     return {"total": sum(by.values()), "by_category": dict(sorted(by.items()))}
 

@@ -376,3 +376,19 @@ def test_fetch_downloads_verifies_and_refuses(tmp_path, monkeypatch):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_cli_suite_with_nothing_present_prints_a_line_per_bundle(tmp_path):
+    from typer.testing import CliRunner
+
+    from aml_ray.cli import app
+
+    (tmp_path / "datasets").mkdir()
+    res = CliRunner().invoke(app, ["run", "--suite", "textual", "--datasets-dir", str(tmp_path / "datasets"),
+                                   "--participant", "http://127.0.0.1:9", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    for name in ("locomo", "locomo_refined", "longmemeval_s", "longmemeval_oracle", "beam", "scriptmem",
+                 "personamem", "clbench"):
+        assert f"skipped {name}: absent:" in res.output
+    assert "0 dataset(s)" in res.output and "Not comparable with the release baseline" in res.output
+    assert json.loads((tmp_path / "run" / "suite.json").read_text())["overall"]["score"] is None
