@@ -97,6 +97,17 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
               bundles: list[str] | None = None, console: Console | None = None) -> Any:
     """Run a suite and print its tables (what ``aml-ray run --suite`` does after starting the participant).
 
+    Args:
+        name: the suite name or file.
+        participant / participant_label: the started participant and how outputs name it.
+        answer / judge: the model endpoints (offline ones are flagged in every table).
+        out / run_id / run_label: the suite run directory and ids.
+        datasets_dir: the datasets directory (None: ``$AML_DATASETS_DIR`` or the default).
+        top_k / context_budget / judge_runs: the run's values; those that differ from the suite's are
+            reported as deviations from the release baseline.
+        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.evaluation.SuiteConfig`.
+        console: where to print (default: stdout).
+
     Returns:
         The :class:`~aml_ray.evaluation.SuiteResult`.
 

@@ -88,6 +88,11 @@ def fetch_bundle(bundle, root: Path, *, allow_hash_mismatch: bool = False, timeo
 def verify_bundle(bundle, root: Path, *, counts: bool = True) -> tuple[bool, str]:
     """Check one bundle on disk (hashes, then counts when it is present and has an adapter).
 
+    Args:
+        bundle: the :class:`~aml_ray.suite.Bundle`.
+        root: the datasets directory.
+        counts: also load the bundle through its adapter and compare the question counts.
+
     Returns:
         ``(ok, line)``: ok is False for a mismatch, an incomplete bundle or differing counts.
     """
