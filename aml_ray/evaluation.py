@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 import subprocess
 import time
@@ -22,7 +23,7 @@ import aml_ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import RunDir, read_adds, write_json_atomic, write_parquet_atomic
+from aml_ray.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.pipeline import PipelineOptions, StageFailed, build_inputs, run_pipeline
 from aml_ray.prompts import load_prompt
@@ -75,6 +76,8 @@ class EvaluationConfig:
     judge_prompt_sha256: str | None = None
     context_budget_tokens: int = DEFAULT_CONTEXT_BUDGET
     judge_runs: int = 1
+    stream_checkpoints: list[float] | None = None
+    resume: bool = False
     suite: str = "textual"
 
 
@@ -156,9 +159,42 @@ def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+#: run.json entries that must be equal for a run to be resumed (a resumed run is the same run).
+RESUME_INVARIANTS = (("dataset", "sha256"), ("dataset", "samples"), ("dataset", "chunks"), ("dataset", "questions"),
+                     ("top_k",), ("prompts",), ("models", "answer", "model"), ("models", "judge", "model"),
+                     ("participant", "label"), ("participant", "auth"), ("context_budget_tokens",),
+                     ("judge_runs",), ("stream_checkpoints",), ("limit_samples",))
+
+
+def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume when what the run measures would change.
+
+    Raises:
+        ValueError: naming every differing entry of :data:`RESUME_INVARIANTS` with both values.
+    """
+
+    def get(d: dict[str, Any], path: tuple[str, ...]) -> Any:
+        for k in path:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d
+
+    diffs = [f"{'.'.join(p)}: was {get(previous, p)!r}, now {get(current, p)!r}" for p in RESUME_INVARIANTS
+             if get(previous, p) != get(current, p)]
+    if not previous.get("participant", {}).get("label", "").startswith("reference:"):
+        diffs += [f"participant.{k}: was {previous['participant'].get(k)!r}, now {current['participant'].get(k)!r}"
+                  for k in ("add_url", "search_url") if previous["participant"].get(k) != current["participant"].get(k)]
+    if diffs:
+        raise ValueError("cannot resume: the run would change; " + "; ".join(diffs))
+
+
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
              num_cpus: int | None = None) -> EvaluationResult:
-    """Run one evaluation.
+    """Run one evaluation, or resume one.
+
+    Resume (``cfg.resume``): the run keeps its run_id, so every request_id and body is the same; questions
+    already in the evidence are not built again, each sample's Add journal skips finished Adds
+    (:class:`aml_ray.stages.ingest.IngestStage`), nothing is deleted, and the final tables are computed
+    from all the evidence, old and new.
 
     Args:
         cfg: the evaluation's configuration.
@@ -169,16 +205,29 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         The :class:`EvaluationResult`.
 
     Raises:
-        FileExistsError: ``out_dir`` already holds a run.json (never overwritten).
+        FileExistsError: ``out_dir`` already holds a run.json and ``resume`` is off (never overwritten).
+        FileNotFoundError: ``resume`` is on and ``out_dir`` holds no run.json.
+        ValueError: resuming a completed run, or one whose dataset, prompts, models, Top K or
+            participant differ (:func:`check_resumable`).
+        aml_ray.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
         aml_ray.datasets.fetch.DatasetError: the dataset file is missing, unreachable or has another hash.
         StageFailed: a contract error or non-retryable participant status stopped the run; run.json is
             written with ``status="failed"`` and the error summary first.
     """
     spec = get_dataset(cfg.dataset)
     run_dir = RunDir(cfg.out_dir)
+    previous: dict[str, Any] | None = None
     if run_dir.run_json.exists():
-        raise FileExistsError(f"{run_dir.run_json} exists: choose a new --out directory (runs are never "
-                              "overwritten)")
+        if not cfg.resume:
+            raise FileExistsError(f"{run_dir.run_json} exists: choose a new --out directory (runs are never "
+                                  "overwritten) or continue it with --resume")
+        previous = json.loads(run_dir.run_json.read_text())
+        if previous.get("status") == "completed":
+            raise ValueError(f"run {previous['run_id']} in {run_dir.root} is already completed; nothing to resume")
+        cfg.run_id = previous["run_id"]
+    elif cfg.resume:
+        raise FileNotFoundError(f"--resume {run_dir.root}: no run.json there; pass a run directory made by "
+                                "'aml-ray run'")
     data_file = spec.resolve(cfg.data_path, cache_dir(), cfg.allow_hash_mismatch)
     samples = spec.load(data_file)
     # the suite's count check (aml_ray.suite): refuses a pinned or unpinned bundle whose counts differ
@@ -188,7 +237,11 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         if cfg.limit_samples < 1:
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
-    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name))
+    done: set[str] = set()
+    if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
+        done = set(read_questions(run_dir).filter(pl.col("status").is_not_null())["question_id"].to_list())
+    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), stream_checkpoints=cfg.stream_checkpoints,
+                          done_questions=done)
     answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
     judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
     prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
@@ -200,16 +253,22 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                     "sha256": path_sha256(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
                     "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
                     "questions": inputs.n_questions, "scorable_questions": inputs.n_scorable,
-                    "excluded_questions": len(inputs.excluded_rows),
+                    "excluded_questions": inputs.n_excluded,
                     "questions_by_category": dict(sorted(inputs.by_category.items()))},
         "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
         "models": {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
         "offline_models": cfg.answer.offline or cfg.judge.offline,
         "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
         "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
+        "stream_checkpoints": cfg.stream_checkpoints,
         "package_version": aml_ray.__version__, "git_commit": _git_commit(),
         "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
     }
+    if previous is not None:
+        check_resumable(previous, info)
+        info["started_at"] = previous["started_at"]
+        info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
+        info["resumed_with_done_questions"] = len(done)
     write_json_atomic(info, run_dir.run_json)
     if on_progress:
         on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,

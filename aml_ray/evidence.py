@@ -4,11 +4,14 @@ Layout of a run directory::
 
     <run_dir>/run.json                           what ran (hashes, counts, models, prompts, versions)
     <run_dir>/results.json, results.parquet      the aggregated score table
-    <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk
+    <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk (written when the sample's Adds end)
+    <run_dir>/evidence/adds/<sample_id>.jsonl    the journal of a sample whose Adds are under way
     <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
 
-Every file is written atomically (temporary file + ``os.replace``), so a killed run never leaves a
-half-written file. No secret is ever part of a row: rows carry ids, hashes, statuses and content only.
+Every Parquet and JSON file is written atomically (temporary file + ``os.replace``), so a killed run
+never leaves a half-written one. The Add journal is appended one line per finished Add and flushed;
+only its last line can be torn by a kill, and a torn last line is read as "not recorded" (that Add is
+sent again, with the same request_id and body, which an idempotent participant acknowledges). No secret is ever part of a row: rows carry ids, hashes, statuses and content only.
 """
 
 from __future__ import annotations
@@ -118,6 +121,59 @@ class RunDir:
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"
 
+    def add_journal(self, sample_id: str) -> Path:
+        return self.adds / f"{sample_id}.jsonl"
+
+
+class AddJournal:
+    """One sample's Add evidence while its Adds are under way: a JSON line per finished Add.
+
+    Args:
+        run_dir: the run directory.
+        sample_id: the sample.
+    """
+
+    def __init__(self, run_dir: RunDir, sample_id: str):
+        self.path = run_dir.add_journal(sample_id)
+        self.final = run_dir.add_file(sample_id)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Rows recorded so far (from the final Parquet if the sample finished).
+
+        Raises:
+            EvidenceError: a damaged line that is not the last one, or a damaged Parquet file.
+        """
+        if self.final.exists():
+            return _read_dir_files([self.final], ADD_SCHEMA).to_dicts()
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8").split("\n")
+        rows = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # torn by a kill mid-write: not recorded
+                    break
+                raise EvidenceError(f"Add journal {self.path} is damaged at line {i + 1}; restore it or start "
+                                    "a new run directory, nothing was changed") from None
+        return rows
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Record one finished Add (one flushed line)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+
+    def finish(self) -> None:
+        """Write the sample's Parquet evidence (rows by chunk index) atomically and drop the journal."""
+        rows = sorted(self.rows(), key=lambda r: r["chunk_index"])
+        write_parquet_atomic(to_table(rows, ADD_SCHEMA), self.final)
+        self.path.unlink(missing_ok=True)
+
 
 class QuestionWriter:
     """Appends question rows to numbered part files (``part-00000.parquet`` ...), each written atomically.
@@ -146,7 +202,10 @@ class EvidenceError(Exception):
 
 
 def _read_dir(folder: Path, schema: pa.Schema) -> pl.DataFrame:
-    files = sorted(folder.glob("*.parquet"))
+    return _read_dir_files(sorted(folder.glob("*.parquet")), schema)
+
+
+def _read_dir_files(files: list[Path], schema: pa.Schema) -> pl.DataFrame:
     if not files:
         return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
     tables = []

@@ -11,6 +11,7 @@ one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors t
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ class PipelineInputs:
     Attributes:
         sample_rows: one row per sample: ``sample_id``, ``adds_json``, ``add_meta_json``, ``questions_json``.
         excluded_rows: question rows that are not scored (e.g. LoCoMo category 5), never searched.
-        n_chunks / n_messages / n_questions / n_scorable: counts for run.json and progress totals.
+        n_chunks / n_messages / n_questions / n_scorable / n_excluded: counts for run.json and progress
+            totals (all questions, including those a resumed run already has).
     """
 
     sample_rows: list[dict[str, Any]]
@@ -72,40 +74,75 @@ class PipelineInputs:
     n_messages: int = 0
     n_questions: int = 0
     n_scorable: int = 0
+    n_excluded: int = 0
     by_category: dict[str, int] = field(default_factory=dict)
 
 
-def build_inputs(samples: list[Sample], ids: IdScheme) -> PipelineInputs:
-    """Chunk every sample, build its Add requests (ids per DESIGN.md) and its question rows."""
+def stream_steps(n_sessions: int, checkpoints: list[float]) -> list[int]:
+    """Streaming steps of a sample: after ``ceil(f * n_sessions)`` sessions for each fraction ``f``.
+
+    Raises:
+        ValueError: a fraction outside (0, 1].
+    """
+    bad = [f for f in checkpoints if not 0 < f <= 1]
+    if bad:
+        raise ValueError(f"stream checkpoints must be fractions in (0, 1], got {bad}")
+    return sorted({max(1, math.ceil(f * n_sessions)) for f in checkpoints})
+
+
+def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: list[float] | None = None,
+                 done_questions: set[str] | frozenset[str] = frozenset()) -> PipelineInputs:
+    """Chunk every sample, build its Add requests (ids per DESIGN.md) and its question rows.
+
+    Args:
+        samples: the adapter's samples.
+        ids: the run's id scheme.
+        stream_checkpoints: Streaming mode: fractions of a sample's sessions after which every question
+            is searched (e.g. ``[0.5, 1.0]``); each (question, step) is its own row, with question_id
+            ``<id>@<step>``. None: the ordinary mode (search after all Adds).
+        done_questions: question ids already in the evidence (resume): not built again.
+    """
     inputs = PipelineInputs(sample_rows=[], excluded_rows=[])
     for sample in samples:
         user_id = ids.user_id(sample.sample_id)
+        position = {s.key: i for i, s in enumerate(sample.sessions, start=1)}
         adds, meta = [], []
         for chunk in chunk_sample(sample):
             request = AddRequest(request_id=ids.request_id(sample.sample_id, chunk.index),
                                  messages=list(chunk.messages), user_id=user_id,
                                  session_id=ids.session_id(sample.sample_id, chunk.session_key))
             adds.append(request.model_dump(exclude_none=True))
-            meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages)})
+            meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages),
+                         "session_index": position[chunk.session_key]})
             inputs.n_messages += len(chunk.messages)
+        steps: list[int | None] = [None]
+        if stream_checkpoints:
+            steps = list(stream_steps(len(sample.sessions), stream_checkpoints))
         questions = []
         for q in sample.questions:
-            row = empty_question_row()
-            row.update(dataset=ids.dataset, sample_id=sample.sample_id, question_date=q.question_date,
-                       rubric=list(q.rubric), step=q.step, question_id=q.question_id, user_id=user_id,
-                       ref=ids.question_ref(sample.sample_id, q.question_id), question=q.question,
-                       options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
-                       category=q.category, speakers=list(sample.speakers), excluded=q.excluded_reason is not None,
-                       excluded_reason=q.excluded_reason)
             inputs.by_category[q.category] = inputs.by_category.get(q.category, 0) + 1
-            if q.excluded_reason is not None:
-                row["status"] = "excluded"
-                inputs.excluded_rows.append(row)
-            else:
-                questions.append(row)
+            for step in steps:
+                qid = q.question_id if step is None else f"{q.question_id}@{step}"
+                inputs.n_questions += 1
+                if q.excluded_reason is None:
+                    inputs.n_scorable += 1
+                else:
+                    inputs.n_excluded += 1
+                if qid in done_questions:
+                    continue
+                row = empty_question_row()
+                row.update(dataset=ids.dataset, sample_id=sample.sample_id, question_date=q.question_date,
+                           rubric=list(q.rubric), step=step, question_id=qid, user_id=user_id,
+                           ref=ids.question_ref(sample.sample_id, qid), question=q.question,
+                           options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
+                           category=q.category, speakers=list(sample.speakers),
+                           excluded=q.excluded_reason is not None, excluded_reason=q.excluded_reason)
+                if q.excluded_reason is not None:
+                    row["status"] = "excluded"
+                    inputs.excluded_rows.append(row)
+                else:
+                    questions.append(row)
         inputs.n_chunks += len(adds)
-        inputs.n_questions += len(sample.questions)
-        inputs.n_scorable += len(questions)
         inputs.sample_rows.append({"sample_id": sample.sample_id, "adds_json": json.dumps(adds),
                                    "add_meta_json": json.dumps(meta), "questions_json": json.dumps(questions)})
     return inputs
@@ -188,7 +225,7 @@ def run_pipeline(
     ds = ray.data.from_items(inputs.sample_rows, override_num_blocks=n_blocks)
     ds = ds.map_batches(IngestStage, batch_size=1, compute=pool(opts.ingest_parallelism),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
-                                               "tracker": tracker}, **common)
+                                               "top_k": top_k, "tracker": tracker}, **common)
     ds = ds.map_batches(SearchStage, batch_size=opts.search_batch_size, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker},
                         **common)

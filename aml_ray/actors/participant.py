@@ -319,6 +319,15 @@ class ParticipantClient:
         """Adds of one sample, in order; ``requests`` are AddRequest dicts."""
         return await self.add_in_order([AddRequest.model_validate(r) for r in requests])
 
+    async def add_stream(self, requests: list[dict[str, Any]]):
+        """Adds of one sample, in order, yielding each outcome as soon as it is known.
+
+        Called as a Ray streaming generator (one actor call per sample segment): the caller journals
+        every finished Add, so a resumed run never sends a finished Add again.
+        """
+        for r in requests:
+            yield await self.add(AddRequest.model_validate(r))
+
     async def search_batch(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A batch of Searches; each item is ``{"ref": str, "request": SearchRequest dict}``."""
         return await self.search_many([(SearchRequest.model_validate(i["request"]), i["ref"]) for i in items])

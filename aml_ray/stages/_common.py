@@ -7,24 +7,38 @@ from aml_ray.contract import ContractError
 
 
 def report(tracker, stage: str, n: int) -> None:
+    """Fire-and-forget progress count (once per batch, never per row)."""
     if tracker is not None and n:
         tracker.incr.remote(stage, n)
+
+
+class StageStopped(RuntimeError):
+    """Raised inside a stage after a contract error or non-retryable status was recorded on the tracker."""
+
+
+async def participant_failure(exc: BaseException, tracker) -> None:
+    """If ``exc`` is a ContractError/ParticipantError, record it on the tracker and raise StageStopped.
+
+    Ray Data re-wraps UDF exceptions as text; the tracker keeps the structured cause (the field) for the
+    driver. Any other exception is left to the caller to re-raise.
+    """
+    if isinstance(exc, ContractError):
+        failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
+                   "summary": f"ContractError: field '{exc.field}': {exc.reason}"}
+    elif isinstance(exc, ParticipantError):
+        failure = {"kind": "ParticipantError", "status": exc.status, "request_id": exc.request_id,
+                   "summary": f"ParticipantError: {exc}"}
+    else:
+        return
+    if tracker is not None:
+        await tracker.record_failure.remote(failure)
+    raise StageStopped(failure["summary"]) from None
 
 
 async def call_participant(ref, tracker):
     """Await a ParticipantClient call; a stage-stopping error is recorded on the tracker, then re-raised."""
     try:
         return await ref
-    except ContractError as exc:
-        failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
-                   "summary": f"ContractError: field '{exc.field}': {exc.reason}"}
-    except ParticipantError as exc:
-        failure = {"kind": "ParticipantError", "status": exc.status, "request_id": exc.request_id,
-                   "summary": f"ParticipantError: {exc}"}
-    if tracker is not None:
-        await tracker.record_failure.remote(failure)
-    raise StageStopped(failure["summary"])
-
-
-class StageStopped(RuntimeError):
-    """Raised inside a stage after a contract error or non-retryable status was recorded on the tracker."""
+    except Exception as exc:
+        await participant_failure(exc, tracker)
+        raise

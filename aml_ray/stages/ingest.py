@@ -1,4 +1,12 @@
-"""Ingest stage: one sample's Adds, in order, then that sample's question rows."""
+"""Ingest stage: one sample's Adds, in order, journalled one by one; then that sample's question rows.
+
+Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
+only the others are sent. A sample whose Parquet evidence exists sends no Add at all.
+
+Streaming mode: questions that carry a ``step`` (the number of the sample's sessions added before they
+are asked) are searched here, right after the Adds of their step returned and before the next Add is
+sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming mode").
+"""
 
 from __future__ import annotations
 
@@ -8,45 +16,97 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import ADD_SCHEMA, QUESTION_SCHEMA, RunDir, to_table, write_parquet_atomic
-from aml_ray.stages._common import call_participant, report
+from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
+from aml_ray.stages._common import participant_failure, report
+from aml_ray.stages.search import search_rows
+
+
+def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
+    return {"sample_id": sample_id, "chunk_index": meta["chunk_index"], "n_words": meta["n_words"],
+            "request_id": add["request_id"], "user_id": add["user_id"], "session_id": add["session_id"],
+            "n_messages": len(add["messages"]), "request_sha256": o["request_sha256"], "status": o["status"],
+            "http_status": o["http_status"], "attempts": o["attempts"], "retried_statuses": o["retried_statuses"],
+            "latency_ms": o["latency_ms"], "elapsed_ms": o["elapsed_ms"],
+            "contract": "ok" if o["status"] == "ok" else None, "error": o["error"]}
+
+
+def segments(meta: list[dict[str, Any]], steps: set[int]) -> list[tuple[list[int], int | None]]:
+    """Split chunk positions at Streaming steps.
+
+    Args:
+        meta: per-chunk metadata in order, each with ``session_index`` (1-based session position).
+        steps: session counts after which questions are asked.
+
+    Returns:
+        ``[(chunk positions, step or None), ...]``: each segment ends where a step's sessions end; the
+        last segment's step is None when no question waits at its end.
+    """
+    out: list[tuple[list[int], int | None]] = []
+    current: list[int] = []
+    for i, m in enumerate(meta):
+        current.append(i)
+        last_of_session = i + 1 == len(meta) or meta[i + 1]["session_index"] != m["session_index"]
+        if last_of_session and m["session_index"] in steps:
+            out.append((current, m["session_index"]))
+            current = []
+    if current:
+        out.append((current, None))
+    return out
 
 
 class IngestStage:
-    """Adds one sample's chunks in order, writes their evidence, and emits the sample's question rows.
+    """Adds one sample's chunks in order, journals their evidence, and emits the sample's question rows.
 
-    Input rows: ``{sample_id, adds_json, add_meta_json, questions_json}`` where ``adds_json`` is the
-    ordered list of AddRequest dicts, ``add_meta_json`` their per-chunk metadata (chunk_index, n_words)
-    and ``questions_json`` the sample's scorable question rows.
+    Input rows: ``{sample_id, adds_json, add_meta_json, questions_json}``: the ordered AddRequest dicts,
+    their metadata (chunk_index, n_words, session_index) and the sample's pending question rows.
 
     Args:
         participant: the ``ParticipantClient`` actor handle.
-        run_root: the run directory (Add evidence goes to ``evidence/adds/<sample_id>.parquet``; on a
-            multi-node cluster it must be storage every node sees).
+        run_root: the run directory (Add evidence goes to ``evidence/adds/<sample_id>.*``; on a multi-node
+            cluster it must be storage every node sees).
+        top_k: Top K, for the Searches of Streaming steps.
         tracker: optional ``ProgressTracker`` actor handle.
     """
 
-    def __init__(self, participant, run_root: str, tracker=None):
+    def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None):
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
+        self.top_k = top_k
         self.tracker = tracker
+
+    async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
+        if not adds:
+            return
+        stream = self.participant.add_stream.remote(adds)
+        i = 0
+        try:
+            async for ref in stream:
+                outcome = await ref
+                journal.append(_evidence_row(sample_id, adds[i], meta[i], outcome))
+                i += 1
+        except Exception as exc:
+            await participant_failure(exc, self.tracker)
+            raise
+        report(self.tracker, "add", len(adds))
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         out: list[dict[str, Any]] = []
         for row in batch.to_pylist():
-            adds = json.loads(row["adds_json"])
-            meta = json.loads(row["add_meta_json"])
-            outcomes = await call_participant(self.participant.add_sample.remote(adds), self.tracker)
-            evidence = [{
-                "sample_id": row["sample_id"], "chunk_index": m["chunk_index"], "n_words": m["n_words"],
-                "request_id": a["request_id"], "user_id": a["user_id"], "session_id": a["session_id"],
-                "n_messages": len(a["messages"]), "request_sha256": o["request_sha256"],
-                "status": o["status"], "http_status": o["http_status"], "attempts": o["attempts"],
-                "retried_statuses": o["retried_statuses"], "latency_ms": o["latency_ms"],
-                "elapsed_ms": o["elapsed_ms"], "contract": "ok" if o["status"] == "ok" else None,
-                "error": o["error"],
-            } for a, m, o in zip(adds, meta, outcomes)]
-            write_parquet_atomic(to_table(evidence, ADD_SCHEMA), self.run_dir.add_file(row["sample_id"]))
-            report(self.tracker, "add", len(adds))
-            out.extend(json.loads(row["questions_json"]))
+            sid = row["sample_id"]
+            adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
+            questions = json.loads(row["questions_json"])
+            journal = AddJournal(self.run_dir, sid)
+            done = {r["chunk_index"] for r in journal.rows()}
+            by_step: dict[int, list[dict[str, Any]]] = {}
+            for q in questions:
+                if q["step"] is not None:
+                    by_step.setdefault(q["step"], []).append(q)
+            for positions, step in segments(meta, set(by_step)):
+                todo = [p for p in positions if meta[p]["chunk_index"] not in done]
+                await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
+                if step is not None:
+                    await search_rows(self.participant, by_step[step], self.top_k, self.tracker)
+            if not journal.final.exists():
+                journal.finish()
+            out.extend(questions)
         return to_table(out, QUESTION_SCHEMA)

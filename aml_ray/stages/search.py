@@ -10,8 +10,36 @@ from aml_ray.evidence import QUESTION_SCHEMA, to_table
 from aml_ray.stages._common import call_participant, report
 
 
+async def search_rows(participant, rows: list[dict[str, Any]], top_k: int, tracker=None) -> None:
+    """Search every row through the participant in one actor call and fill its search columns in place.
+
+    Args:
+        participant: the ``ParticipantClient`` actor handle.
+        rows: question rows (``question``, ``user_id``, ``options``, ``ref``).
+        top_k: Top K sent with every Search.
+        tracker: optional ``ProgressTracker`` (receives a contract failure before it is raised).
+    """
+    if not rows:
+        return
+    items = []
+    for r in rows:
+        request: dict[str, Any] = {"query": r["question"], "user_id": r["user_id"], "top_k": top_k}
+        if r["options"]:
+            request["options"] = r["options"]
+        items.append({"ref": r["ref"], "request": request})
+    outcomes = await call_participant(participant.search_batch.remote(items), tracker)
+    for r, o in zip(rows, outcomes):
+        r.update(search_status=o["status"], search_http_status=o["http_status"],
+                 search_attempts=o["attempts"], search_retried_statuses=o["retried_statuses"],
+                 search_latency_ms=o["latency_ms"], search_request_sha256=o["request_sha256"],
+                 search_error=o["error"], memories=o["memories"], n_memories=len(o["memories"]),
+                 contract="ok" if o["status"] == "ok" else None)
+
+
 class SearchStage:
     """Searches every question of a batch through the participant (one actor call per batch).
+
+    Rows already searched (Streaming mode searches inside the Ingest stage, at their step) pass through.
 
     Args:
         participant: the ``ParticipantClient`` actor handle.
@@ -24,18 +52,7 @@ class SearchStage:
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
-        items = []
-        for r in rows:
-            request: dict[str, Any] = {"query": r["question"], "user_id": r["user_id"], "top_k": self.top_k}
-            if r["options"]:
-                request["options"] = r["options"]
-            items.append({"ref": r["ref"], "request": request})
-        outcomes = await call_participant(self.participant.search_batch.remote(items), self.tracker)
-        for r, o in zip(rows, outcomes):
-            r.update(search_status=o["status"], search_http_status=o["http_status"],
-                     search_attempts=o["attempts"], search_retried_statuses=o["retried_statuses"],
-                     search_latency_ms=o["latency_ms"], search_request_sha256=o["request_sha256"],
-                     search_error=o["error"], memories=o["memories"], n_memories=len(o["memories"]),
-                     contract="ok" if o["status"] == "ok" else None)
+        await search_rows(self.participant, [r for r in rows if r["search_status"] is None], self.top_k,
+                          self.tracker)
         report(self.tracker, "search", len(rows))
         return to_table(rows, QUESTION_SCHEMA)

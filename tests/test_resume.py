@@ -1,0 +1,164 @@
+"""Resume and Streaming through Ray: a stopped run continues from its evidence without re-sending
+finished Adds or questions and ends equal to an uninterrupted run; Streaming searches a question at
+several ingestion steps."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime
+
+import httpx
+import polars as pl
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.config import model_endpoint_from_env
+from aml_ray.evaluation import EvaluationConfig, evaluate
+from aml_ray.evidence import AddJournal, EvidenceError, RunDir, read_adds, read_questions
+from aml_ray.pipeline import StageFailed
+from aml_ray.reference.server import ReferenceServer
+from tests.servers import ThreadServer
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+
+
+class Proxy:
+    """Forwards to the reference system, records every request_id, and can refuse one chunk with 400."""
+
+    def __init__(self, upstream: str):
+        self.fail_chunk: int | None = None
+        self.add_ids: list[str] = []
+        self.search_refs: Counter[str] = Counter()
+        self.app = FastAPI()
+
+        @self.app.post("/add")
+        async def add(request: Request):
+            body = await request.json()
+            self.add_ids.append(body["request_id"])
+            if self.fail_chunk is not None and body["request_id"].endswith(f":chunk-{self.fail_chunk}"):
+                return JSONResponse({"detail": {"reason": "scripted stop"}}, status_code=400)
+            async with httpx.AsyncClient() as c:
+                r = await c.post(f"{upstream}/add", json=body)
+            return JSONResponse(r.json(), status_code=r.status_code)
+
+        @self.app.post("/search")
+        async def search(request: Request):
+            body = await request.json()
+            self.search_refs[body["query"]] += 1
+            async with httpx.AsyncClient() as c:
+                r = await c.post(f"{upstream}/search", json=body)
+            return JSONResponse(r.json(), status_code=r.status_code)
+
+
+def config(out, url, locomo_file, **kw) -> EvaluationConfig:
+    return EvaluationConfig(dataset="locomo", participant=ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search"),
+                            out_dir=out, data_path=locomo_file, limit_samples=1, participant_label="proxy", **OFFLINE, **kw)
+
+
+def stored(ref: ReferenceServer) -> list[tuple[str, int]]:
+    """The participant's stored messages, without run-specific ids: (content, timestamp) sorted."""
+    import sqlite3
+
+    with sqlite3.connect(ref.db_path) as db:
+        return sorted(db.execute("SELECT content, timestamp_ms FROM memories").fetchall())
+
+
+def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path, locomo_file):
+    with ReferenceServer(tmp_path / "ref-a") as ref_a, ReferenceServer(tmp_path / "ref-b") as ref_b:
+        proxy = Proxy(ref_a.base_url)
+        with ThreadServer(proxy.app) as server:
+            proxy.fail_chunk = 10
+            with pytest.raises(StageFailed, match="HTTP 400"):
+                evaluate(config(tmp_path / "run", server.base_url, locomo_file))
+            run_dir = RunDir(tmp_path / "run")
+            assert json.loads(run_dir.run_json.read_text())["status"] == "failed"
+            assert [r["chunk_index"] for r in AddJournal(run_dir, "conv-26").rows()] == list(range(10))
+            proxy.fail_chunk = None
+            resumed = evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
+        clean_proxy = Proxy(ref_b.base_url)
+        with ThreadServer(clean_proxy.app) as server_b:
+            clean = evaluate(config(tmp_path / "clean", server_b.base_url, locomo_file))
+        stored_a, stored_b = stored(ref_a), stored(ref_b)
+    # finished Adds were not sent again: chunks 0-9 once, chunk 10 twice (refused, then sent again)
+    counts = Counter(i.rsplit(":", 1)[1] for i in proxy.add_ids)
+    assert counts["chunk-10"] == 2 and all(counts[f"chunk-{i}"] == 1 for i in list(range(10)) + list(range(11, 28)))
+    assert resumed.run_info["run_id"] == json.loads(run_dir.run_json.read_text())["run_id"]
+    assert resumed.run_info["resumed_at"] and resumed.run_info["status"] == "completed"
+    assert not run_dir.add_journal("conv-26").exists() and read_adds(run_dir).height == 28
+    assert stored_a == stored_b and len(stored_a) == 419
+    assert resumed.table.drop("dataset").equals(clean.table.drop("dataset"))
+    cols = ["question_id", "answer", "verdict", "f1", "status"]
+    assert resumed.questions.select(cols).sort("question_id").equals(clean.questions.select(cols).sort("question_id"))
+
+
+def test_resume_skips_finished_questions_and_refuses_damage(tmp_path, locomo_file):
+    with ReferenceServer(tmp_path / "ref") as ref:
+        proxy = Proxy(ref.base_url)
+        with ThreadServer(proxy.app) as server:
+            first = evaluate(config(tmp_path / "run", server.base_url, locomo_file))
+            run_dir = first.run_dir
+            with pytest.raises(ValueError, match="already completed"):
+                evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
+            # simulate a kill after the evidence of half the questions was written
+            info = json.loads(run_dir.run_json.read_text())
+            info["status"] = "running"
+            run_dir.run_json.write_text(json.dumps(info))
+            parts = sorted(run_dir.questions.glob("part-*.parquet"))
+            kept = read_questions(run_dir)
+            assert len(parts) >= 2  # excluded rows first, then judged batches
+            parts[-1].unlink()
+            missing = kept.height - read_questions(run_dir).height
+            assert missing > 0
+            before = sum(proxy.search_refs.values())
+            adds_before = len(proxy.add_ids)
+            resumed = evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
+            assert len(proxy.add_ids) == adds_before  # every sample's Adds were already finished
+            assert sum(proxy.search_refs.values()) - before == missing  # only the lost questions
+            assert resumed.questions.height == kept.height
+            with pytest.raises(ValueError, match="top_k: was 100, now 5"):
+                info["status"] = "running"
+                run_dir.run_json.write_text(json.dumps(info))
+                evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True, top_k=5))
+            parts = sorted(run_dir.questions.glob("part-*.parquet"))
+            parts[0].write_bytes(b"not parquet")
+            with pytest.raises(EvidenceError, match="damaged"):
+                evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
+
+
+def test_add_journal_tolerates_only_a_torn_last_line(tmp_path):
+    run_dir = RunDir(tmp_path)
+    journal = AddJournal(run_dir, "s1")
+    journal.append({"chunk_index": 0})
+    journal.append({"chunk_index": 1})
+    with open(journal.path, "a") as fh:
+        fh.write('{"chunk_ind')  # killed mid-write
+    assert [r["chunk_index"] for r in journal.rows()] == [0, 1]
+    journal.path.write_text('{"chunk_index": 0}\n{broken\n{"chunk_index": 2}\n')
+    with pytest.raises(EvidenceError, match="line 2"):
+        journal.rows()
+
+
+def test_streaming_searches_a_question_at_two_steps(tmp_path, locomo_file):
+    with ReferenceServer(tmp_path / "ref") as ref:
+        proxy = Proxy(ref.base_url)
+        with ThreadServer(proxy.app) as server:
+            result = evaluate(config(tmp_path / "run", server.base_url, locomo_file, stream_checkpoints=[0.5, 1.0]))
+    q = result.questions.filter(~pl.col("excluded"))
+    assert sorted(q["step"].unique().to_list()) == [10, 19]  # conv-26 has 19 sessions: ceil(9.5) and 19
+    assert q.height == 2 * 152 and result.run_info["dataset"]["scorable_questions"] == 304
+    # every question was searched once per step, with the memory written by then
+    assert set(proxy.search_refs.values()) <= {2, 4} and sum(proxy.search_refs.values()) == 304
+    sessions = json.loads(locomo_file.read_text())[0]["conversation"]
+    cutoff = datetime.strptime(sessions["session_11_date_time"], "%I:%M %p on %d %B, %Y")
+    early = q.filter(pl.col("step") == 10)
+    latest = [max(m["created_at"] for m in mems) for mems in early["memories"].to_list() if mems]
+    assert latest and all(datetime.fromisoformat(t.replace("Z", "")) < cutoff for t in latest)
+    pairs = q.select("question", "step", "n_memories").sort("step").group_by("question", maintain_order=True)
+    grew = sum(1 for _, g in pairs if g["n_memories"].to_list()[0] < g["n_memories"].to_list()[-1])
+    assert grew > 0  # later steps retrieve from more memory
+    table = result.questions.filter(~pl.col("excluded")).group_by("step").agg(pl.len())
+    assert sorted(table["len"].to_list()) == [152, 152]
