@@ -324,36 +324,91 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
 # --------------------------------------------------------------------------------------------- pipeline
 
 
+class _LocalCluster:
+    """Ray on ``nodes`` local nodes: ``init_ray()`` for one, ``ray.cluster_utils.Cluster`` for more."""
+
+    def __init__(self, nodes: int):
+        self.nodes, self.cluster, self.tmp = nodes, None, None
+
+    def __enter__(self) -> "_LocalCluster":
+        from aml_ray.ray_runtime import init_ray
+
+        if self.nodes == 1:
+            self.started = init_ray()
+            return self
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.tmp = tempfile.mkdtemp(prefix="amlb-", dir="/tmp")  # short: socket paths have a length limit
+        os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": self.tmp})
+        cpus = max(1, (os.cpu_count() or 2) // self.nodes)
+        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "include_dashboard": False})
+        for i in range(1, self.nodes):
+            self.cluster.add_node(num_cpus=cpus, resources={f"node{i}": 1})
+        ray.init(address=self.cluster.address, log_to_driver=False, logging_level="warning")
+        self.cluster.wait_for_nodes()
+
+        @ray.remote(num_cpus=0, resources={f"node{self.nodes - 1}": 0.001})
+        def ping() -> str:
+            return ray.get_runtime_context().get_node_id()
+
+        ray.get(ping.remote(), timeout=120)  # the last node is up and runs tasks
+        import logging
+
+        import ray.data
+
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        self.started = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        if self.started:
+            ray.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, judge, *, top_k: int,
-                     options, exclude_pids: set[int]) -> dict[str, Any]:
-    """Start Ray, run the pipeline, stop Ray; returns timings and memory."""
+                     options, exclude_pids: set[int], nodes: int = 1) -> dict[str, Any]:
+    """Start Ray (on ``nodes`` local nodes), run the pipeline, stop Ray; returns timings and memory."""
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.evidence import RunDir
     from aml_ray.pipeline import run_pipeline
-    from aml_ray.ray_runtime import init_ray
 
     spec = ParticipantSpec(add_url=f"{participant_url}/add", search_url=f"{participant_url}/search",
                            max_in_flight=concurrency)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="aml-bench-") as tmp, RssSampler(exclude_pids) as rss:
         t0 = time.perf_counter()
-        started = init_ray()
+        ray_nodes = _LocalCluster(nodes).__enter__()
         t1 = time.perf_counter()
         try:
             c0, m0 = time.process_time(), machine_cpu()
+            out["mono_start"] = time.monotonic()
             questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
                                      judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
                                      top_k=top_k, options=options)
             t2 = time.perf_counter()
+            out["mono_end"] = time.monotonic()
             out["driver_cpu_s"] = time.process_time() - c0
             m1 = machine_cpu()
             out["machine_busy"] = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
             rss._sample()  # last look at the workers' CPU and memory before they exit
-        finally:
-            if started:
+            if nodes > 1:
                 import ray
 
-                ray.shutdown()
+                out["stage_nodes"] = len({a["Address"]["NodeID"] for a in ray._private.state.actors().values()
+                                          if a["ActorClassName"].startswith("MapWorker(")})
+        finally:
+            ray_nodes.__exit__(None, None, None)
         scored = int((questions["status"] == "scored").sum())
     worker_hwm, worker_name = rss.largest_worker()
     out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
@@ -375,7 +430,7 @@ def search_run(args) -> dict[str, Any]:
         server.reset()
         pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
                                 top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
-                                exclude_pids={server.proc.pid})
+                                exclude_pids={server.proc.pid}, nodes=args.nodes)
         n, rate = server.rate("search")
         stats = server.stats()
         pipe.update(rate=rate, searches=n, adds=stats["n"].get("add", 0), server_max_in_flight=stats["max_in_flight"],
@@ -433,7 +488,9 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
             for q in json.loads(row["questions_json"]):
                 resp = http.post(f"{participant_url}/search",
                                  json={"query": q["question"], "user_id": q["user_id"], "top_k": top_k})
-                memories = fit_context(resp.json()["data"], 16_000, "loopback-model").memories
+                data = [{"id": m["id"], "content": m["content"], "score": m.get("score"),
+                         "created_at": m.get("created_at")} for m in resp.json()["data"]]
+                memories = fit_context(data, 16_000, "loopback-model").memories
                 answer = llm.chat.completions.create(model="loopback-model", temperature=0, messages=[
                     {"role": "user", "content": answer_prompt.render(
                         question=q["question"], speakers=q["speakers"] or [],
@@ -449,6 +506,19 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
     with ThreadPoolExecutor(threads) as pool:
         done = sum(pool.map(conversation, inputs.sample_rows))
     return {"wall_s": time.perf_counter() - t0, "questions": done, "samples": len(inputs.sample_rows)}
+
+
+def _per_second(stats: dict[str, Any], kind: str, t_zero: float) -> list[int]:
+    """Arrivals of ``kind`` per second since ``t_zero`` (the first participant request; same clock)."""
+    line = {int(k): v for k, v in stats["timeline"].get(kind, {}).items()}
+    if not line:
+        return []
+    offset = int((stats["first"][kind] - t_zero) * 10)
+    last = max(line) + offset
+    out = [0] * (last // 10 + 1)
+    for bucket, n in line.items():
+        out[(bucket + offset) // 10] += n
+    return out
 
 
 def e2e_run(args) -> dict[str, Any]:
@@ -468,21 +538,28 @@ def e2e_run(args) -> dict[str, Any]:
                                    max_in_flight=args.model_concurrency) for role in ("answer", "judge")]
         pipe = run_ray_pipeline(inputs, part.base_url, args.concurrency, *endpoints, top_k=args.top_k,
                                 options=pipeline_options(args, PipelineOptions),
-                                exclude_pids={part.proc.pid, model.proc.pid})
+                                exclude_pids={part.proc.pid, model.proc.pid}, nodes=args.nodes)
         ps, ms = part.stats(), model.stats()
         rates = {}
         for kind, st in (("add", ps), ("search", ps), ("answer", ms), ("judge", ms)):
             n = st["n"].get(kind, 0)
             span = st["last"].get(kind, 0) - st["first"].get(kind, 0)
             rates[kind] = {"n": n, "rate": (n - 1) / span if n > 1 and span > 0 else None}
+        first_add = min(ps["first"].values())
+        last_judge = ms["last"].get("judge", first_add)
+        pipe.update(phases={"pools_until_first_add_s": first_add - pipe["mono_start"],
+                            "first_add_to_last_judge_s": last_judge - first_add,
+                            "last_judge_to_return_s": pipe["mono_end"] - last_judge})
         pipe.update(rates=rates, participant_max_in_flight=ps["max_in_flight"], over_capacity=ps["over_capacity"],
-                    model_max_in_flight=ms["max_in_flight"])
+                    model_max_in_flight=ms["max_in_flight"],
+                    timelines={k: _per_second(st, k, t_zero=min(ps["first"].values()))
+                               for k, st in (("add", ps), ("search", ps), ("answer", ms), ("judge", ms))})
         assert pipe["scored"] == inputs.n_scorable, (pipe["scored"], inputs.n_scorable)
         peer = None
         if not args.skip_peer:
             part.reset()
             model.reset()
-            n_peer = min(args.peer_samples or shape.samples, shape.samples)
+            n_peer = min(args.peer_samples or (shape.samples if args.scale == 1 else 10), shape.samples)
             sub = PipelineInputs(sample_rows=inputs.sample_rows[:n_peer], excluded_rows=[])
             peer = peer_baseline(sub, part.base_url, f"{model.base_url}/v1", args.top_k)
             rounds_all, rounds_sub = math.ceil(shape.samples / 10), math.ceil(n_peer / 10)
@@ -526,7 +603,7 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     ratios_h = [r["pipeline"]["rate"] / r["plain_httpx_aiohttp"]["rate"] for r in runs]
     print(f"\nSearch throughput: {args.queries:,} Searches, {args.latency_ms:g} ms participant latency, "
           f"{args.concurrency} in flight ({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'}; "
-          "server-side steady state (N-1)/(last-first))")
+          "server-side steady state (N-1)/(last-first))" + _nodes_note(args, runs))
     print(f"  ideal (concurrency / latency)            {_rate(ideal):>14}")
     print(f"  plain asyncio loop, aiohttp              {_rate(pa):>14}   {pa / ideal:.2f} x ideal")
     print(f"  plain asyncio loop, httpx+aiohttp        {_rate(ph):>14}   {ph / ideal:.2f} x ideal")
@@ -555,11 +632,16 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
     print(f"\nSynthetic LoCoMo x{args.scale}: {sh['samples']} samples x {sh['sessions']} sessions x {sh['turns']} turns "
           f"= {r0['chunks']:,} Add chunks, {r0['questions']:,} questions; participant {args.latency_ms:g} ms / "
           f"{args.concurrency} in flight; models {args.model_latency_ms:g} ms / {args.model_concurrency} in flight each "
-          f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'})")
+          f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'})" + _nodes_note(args, runs))
     b = r0["bound"]
     terms = ", ".join(f"{k} {v:.1f} s" for k, v in b.items() if k != "bound")
     print(f"  lower bound from the declared limits     {b['bound']:8.1f} s   ({terms})")
     pipe_s, e2e_s = _med(get("pipeline.pipeline_s")), _med(get("pipeline.end_to_end_s"))
+    ph = {k: _med(get(f"pipeline.phases.{k}")) for k in r0["pipeline"]["phases"]}
+    print(f"  inside run_pipeline: actor pools start until the first Add {ph['pools_until_first_add_s']:.1f} s, "
+          f"first Add to last Judge {ph['first_add_to_last_judge_s']:.1f} s "
+          f"({ph['first_add_to_last_judge_s'] / b['bound']:.2f} x bound), last Judge to return "
+          f"{ph['last_judge_to_return_s']:.1f} s")
     print(f"  run_pipeline wall (actor pools + run)    {pipe_s:8.1f} s   {pipe_s / b['bound']:.2f} x bound")
     print(f"  end to end (+ Ray start {_med(get('pipeline.ray_start_s')):.1f} s)          {e2e_s:8.1f} s   "
           f"{e2e_s / b['bound']:.2f} x bound   (per run: {', '.join(f'{v:.1f}' for v in get('pipeline.end_to_end_s'))})")
@@ -570,6 +652,9 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
           f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({r0['pipeline']['worker_peak_name']}), all Ray processes "
           f"{_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
     _print_cpu(args, runs)
+    if args.verbose:
+        for kind, line in r0["pipeline"]["timelines"].items():
+            print(f"  {kind} per second (run 1, since the first Add): {line}")
     print(f"  participant max in flight {max(get('pipeline.participant_max_in_flight'))} (declared {args.concurrency}), "
           f"model server max in flight {max(get('pipeline.model_max_in_flight'))} (declared 2 x {args.model_concurrency})")
     if r0["peer"]:
@@ -582,6 +667,14 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
         print(f"  peer-style baseline (10 threads x conversations, sequential inside): {pw:.1f} s{extra} "
               f"-> {px:.1f} s; pipeline end to end is {px / e2e_s:.1f} x faster "
               f"(run_pipeline alone {px / pipe_s:.1f} x)")
+
+
+def _nodes_note(args, runs: list[dict[str, Any]]) -> str:
+    if args.nodes == 1:
+        return ""
+    spread = sorted({r["pipeline"].get("stage_nodes") for r in runs})
+    return (f"\n  on a {args.nodes}-node local cluster (ray.cluster_utils.Cluster, CPUs split between nodes); "
+            f"stage actors ran on {'/'.join(map(str, spread))} node(s)")
 
 
 def _print_cpu(args, runs: list[dict[str, Any]]) -> None:
@@ -622,14 +715,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top-k", type=int, default=100)
     p.add_argument("--scale", type=int, default=1, choices=[1, 10, 100], help="--mode e2e corpus scale")
     p.add_argument("--model-latency-ms", type=float, default=200.0)
-    p.add_argument("--model-concurrency", type=int, default=64, help="max in flight per model endpoint")
+    p.add_argument("--model-concurrency", type=int, default=32, help="max in flight per model endpoint")
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--peer-samples", type=int, default=None,
-                   help="run the peer baseline on the first N samples only and extrapolate (default: all)")
+                   help="run the peer baseline on the first N samples only and extrapolate linearly by rounds "
+                        "of the 10-thread pool (default: all at --scale 1, 10 = one round above)")
     p.add_argument("--repeat", type=int, default=1, help="independent runs, each in a fresh process; median")
     p.add_argument("--json", type=Path, default=None, help="also write all runs' figures here")
     for name in ("ingest-parallelism", "search-batch-size", "batches-in-flight", "model-batch-size"):
         p.add_argument(f"--{name}", type=int, default=None, help="PipelineOptions override")
+    p.add_argument("--nodes", type=int, default=1, help="local Ray nodes (2: ray.cluster_utils.Cluster, CPUs split)")
     p.add_argument("--verbose", action="store_true", help="also print CPU seconds per process")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
