@@ -53,6 +53,30 @@ def render_table(result_table, *, offline: bool, title: str, category_names: dic
     return t
 
 
+def _checkpoints(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        _fail(f"--stream-checkpoints {text!r}: give fractions separated by commas, e.g. '0.5,1'")
+    if not values or any(not 0 < v <= 1 for v in values):
+        _fail(f"--stream-checkpoints {text!r}: every fraction must be in (0, 1]")
+    return values
+
+
+def _previous_run(run_dir: Path) -> dict:
+    import json
+
+    path = run_dir / "run.json"
+    if not path.is_file():
+        _fail(f"--resume {run_dir}: no run.json there; pass a directory made by 'aml-ray run'")
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        _fail(f"--resume {run_dir}: run.json is damaged; nothing was changed")
+
+
 @contextlib.contextmanager
 def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
                  max_in_flight: int, rps: float | None):
@@ -117,19 +141,42 @@ def run(
                                                  "under the datasets directory, instead of --dataset.")] = None,
     datasets_dir: Annotated[Optional[Path], typer.Option(help="Datasets directory for --suite (default "
                                                          "$AML_DATASETS_DIR, else ~/.aml-ray/datasets).")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue the stopped run in this directory.")] = None,
+    stream_checkpoints: Annotated[Optional[str], typer.Option(
+        help="Streaming mode: fractions of each sample's sessions after which every question is searched, "
+             "e.g. '0.5,1'.")] = None,
 ) -> None:
-    """Evaluate a memory system on a benchmark (or a whole suite) and print the score tables."""
+    """Evaluate a memory system on a benchmark (or a whole suite) and print the score tables.
+
+    With --resume RUN_DIR, continue a stopped run: its settings come from RUN_DIR/run.json (pass
+    --secret-env again for an authenticated participant); finished Adds and questions are not sent again.
+    """
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.datasets.fetch import DatasetError
+    from aml_ray.evidence import EvidenceError
     from aml_ray.datasets.registry import get_dataset
     from aml_ray.evaluation import EvaluationConfig, evaluate
     from aml_ray.ids import new_run_id
     from aml_ray.pipeline import StageFailed
 
     run_id = new_run_id()
+    stream = _checkpoints(stream_checkpoints)
+    if resume is not None:
+        previous = _previous_run(resume)
+        out, run_id, dataset = resume, previous["run_id"], previous["dataset"]["name"]
+        data, top_k, limit_samples = Path(previous["dataset"]["file"]), previous["top_k"], previous["limit_samples"]
+        judge_runs, context_budget = previous["judge_runs"], previous["context_budget_tokens"]
+        stream, run_label = previous.get("stream_checkpoints"), previous.get("run_label")
+        allow_hash_mismatch = previous["dataset"].get("hash_mismatch_allowed", False)
+        p = previous["participant"]
+        participant, auth = p["label"], p["auth"]
+        if not participant.startswith(REFERENCE_PREFIX):
+            add_url, search_url = p["add_url"], p["search_url"]
+        answer_prompt, answer_prompt_sha256 = previous["prompts"]["answer"]["source"], previous["prompts"]["answer"]["sha256"]
+        judge_prompt, judge_prompt_sha256 = previous["prompts"]["judge"]["source"], previous["prompts"]["judge"]["sha256"]
     out = out or Path("runs") / run_id
-    if (out / "run.json").exists():
-        _fail(f"--out {out}: a run is already there; choose a new directory")
+    if resume is None and (out / "run.json").exists():
+        _fail(f"--out {out}: a run is already there; choose a new directory, or continue it with --resume {out}")
     try:
         answer, judge = model_endpoint_from_env("answer"), model_endpoint_from_env("judge")
     except ValueError as exc:
@@ -164,7 +211,8 @@ def run(
                                limit_samples=limit_samples, run_id=run_id, run_label=run_label,
                                participant_label=label, judge_runs=judge_runs, context_budget_tokens=context_budget,
                                answer_prompt=answer_prompt, answer_prompt_sha256=answer_prompt_sha256,
-                               judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256)
+                               judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256,
+                               stream_checkpoints=stream, resume=resume is not None)
         console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
         if answer.offline or judge.offline:
             console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
@@ -187,7 +235,7 @@ def run(
             except StageFailed as exc:
                 progress.stop()
                 _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in {out}")
-            except (DatasetError, FileExistsError, FileNotFoundError, ValueError) as exc:
+            except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
                 progress.stop()
                 _fail(str(exc))
     info = result.run_info
