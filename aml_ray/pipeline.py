@@ -15,7 +15,6 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl

@@ -14,7 +14,7 @@ from aml_ray.datasets.clbench import MAX_QUESTION_CHARS, load_clbench, parse_tas
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.prompts import load_prompt
 from aml_ray.stages import rubric_all_or_nothing as aon
-from aml_ray.stages.rubric_all_or_nothing import RubricParseError, parse_met
+from aml_ray.stages.rubric_all_or_nothing import MetParseError, parse_met
 from aml_ray.stages.scorers import get_scorer
 from aml_ray.suite import DatasetCountMismatch, verify_loaded_bundle
 
@@ -178,9 +178,9 @@ async def test_offline_stand_in_and_errors_stay_in_the_denominator():
 
 
 def test_parse_met_refuses_wrong_lengths_and_values():
-    with pytest.raises(RubricParseError, match="2 verdicts for 3"):
+    with pytest.raises(MetParseError, match="2 verdicts for 3"):
         parse_met('{"met": [true, true]}', 3)
-    with pytest.raises(RubricParseError, match="not true/false"):
+    with pytest.raises(MetParseError, match="not true/false"):
         parse_met('{"met": [true, "maybe"]}', 2)
     assert parse_met('draft {"met": [false]} final {"met": [true]}', 1) == [True]  # the last object wins
 

@@ -29,12 +29,11 @@ solved only when every rubric item is met (upstream ``eval.py``: score 1 iff all
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
+from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.base import Question, Sample, Session
 
 #: Longest final paragraph still treated as the task question when splitting the last user message.
@@ -125,14 +124,7 @@ def load_clbench(path: str | os.PathLike[str]) -> list[Sample]:
         ValueError: a line that is not JSON, a repeated task_id, or any error of :func:`parse_task`.
     """
     samples, seen = [], set()
-    text = Path(path).read_text(encoding="utf-8")
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+    for n, obj in iter_jsonl(path):
         sample = parse_task(obj, line=n)
         if sample.sample_id in seen:
             raise ValueError(f"{path}:{n}: task_id {sample.sample_id!r} occurs twice")

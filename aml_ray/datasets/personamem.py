@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
+from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.base import Question, Sample, Session
 
 #: Columns every questions CSV must have (MANIFEST.md section 2).
@@ -111,14 +112,7 @@ def read_contexts(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]
             message names the line number.
     """
     out: dict[str, list[dict[str, Any]]] = {}
-    text = Path(path).read_text(encoding="utf-8")
-    for n, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+    for n, obj in iter_jsonl(path):
         if isinstance(obj, dict) and "shared_context_id" in obj and isinstance(obj.get("messages"), list):
             key, messages = str(obj["shared_context_id"]), obj["messages"]
         elif isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):

@@ -48,7 +48,6 @@ source friends 174, angry 99, enemy 94, man_earth 90 (:data:`EXPECTED_QA_TYPES`,
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import defaultdict
@@ -57,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
+from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import DatasetError, DatasetHashMismatch, verify_sha256
 
@@ -294,8 +294,7 @@ def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[st
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [obj for _, obj in iter_jsonl(path)]
 
 
 def questions_beside(conversations: Path) -> Path:

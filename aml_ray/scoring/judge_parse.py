@@ -37,8 +37,8 @@ _BARE_LABEL = re.compile(r"""^[\s"'*_`]*(correct|wrong)[\s"'*_`.!]*$""", re.IGNO
 _DECODER = json.JSONDecoder()
 
 
-class JudgeParseError(ValueError):
-    """The judge reply holds no recognisable CORRECT/WRONG label (or conflicting ones).
+class ReplyParseError(ValueError):
+    """A model reply that a scorer cannot use; the base of every judge-reply parse error.
 
     Attributes:
         reply: the received reply, truncated to 200 characters.
@@ -48,6 +48,10 @@ class JudgeParseError(ValueError):
         excerpt = "" if reply is None else str(reply)[:_ERROR_EXCERPT_CHARS]
         super().__init__(f"{problem}; received {excerpt!r}")
         self.reply = excerpt
+
+
+class JudgeParseError(ReplyParseError):
+    """The judge reply holds no recognisable CORRECT/WRONG label (or conflicting ones)."""
 
 
 def _label_value(value: Any) -> str | None:

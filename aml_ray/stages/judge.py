@@ -19,8 +19,9 @@ from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.evidence import QUESTION_SCHEMA, to_table
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.scoring import JudgeParseError, bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
+from aml_ray.scoring import bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
 from aml_ray.stages._common import report
+from aml_ray.stages.asking import ask_until_parsed
 
 JUDGE_MAX_TOKENS = 256
 F1_RULES = ("locomo", "token")
@@ -35,33 +36,12 @@ def golds_of(gold_json: str) -> list[str]:
 async def _judge_once(rows: list[dict[str, Any]], model, prompt: Prompt, max_parse_retries: int,
                       first_uses_cache: bool) -> list[tuple[str | None, str | None, str | None, int]]:
     """One judging run: ``(label, raw, error, attempts)`` per row."""
-    results: list[list[Any]] = [[None, None, "not judged", 0] for _ in rows]
-    pending = list(range(len(rows)))
-    for round_ in range(1 + max_parse_retries):
-        if not pending:
-            break
-        batch = [[{"role": "user", "content": prompt.render(
-            question=rows[i]["question"], gold=" | ".join(golds_of(rows[i]["gold"])), answer=rows[i]["answer"])}]
-            for i in pending]
-        outcomes = await model.complete_batch(batch, max_tokens=JUDGE_MAX_TOKENS, prompt_sha256=prompt.sha256,
-                                              use_cache=first_uses_cache and round_ == 0)
-        still = []
-        for i, o in zip(pending, outcomes):
-            res = results[i]
-            res[3] += o["attempts"]
-            res[1] = o["text"] or res[1]
-            if o["status"] != "ok":
-                res[2] = o["error"]
-                if o["error"] == "empty reply":
-                    still.append(i)
-                continue
-            try:
-                res[0], res[2] = parse_judge_label(o["text"]), None
-            except JudgeParseError as exc:
-                res[2] = str(exc)
-                still.append(i)
-        pending = still
-    return [tuple(r) for r in results]  # type: ignore[misc]
+    texts = [prompt.render(question=r["question"], gold=" | ".join(golds_of(r["gold"])), answer=r["answer"])
+             for r in rows]
+    got = await ask_until_parsed(model, texts, lambda text, _: parse_judge_label(text), prompt_sha256=prompt.sha256,
+                                 max_tokens=JUDGE_MAX_TOKENS, max_parse_retries=max_parse_retries,
+                                 first_uses_cache=first_uses_cache)
+    return [(g["value"], g["raw"], g["error"], g["attempts"]) for g in got]
 
 
 async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,

@@ -44,6 +44,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from aml_ray.scoring import bleu1, stemmed_tokens, token_f1
+from aml_ray.scoring.judge_parse import ReplyParseError
+from aml_ray.stages.asking import ask_until_parsed
 from aml_ray.stages.judge import golds_of
 from aml_ray.stages.scorers import register_scorer
 
@@ -58,7 +60,6 @@ LEXICAL_FULL, LEXICAL_HALF = 0.8, 0.4
 #: Offline stand-in: token recall of a reference event in an answer item to count as the same event.
 LEXICAL_MATCH = 0.5
 
-_ERROR_EXCERPT_CHARS = 200
 _SCORE_LINE = re.compile(
     r"""^[\s>*#_\-]*["']?score["']?[\s*_]*[:=][\s*_]*["']?(\d+(?:\.\d+)?|\.\d+)["']?[\s*_.,]*$""",
     re.IGNORECASE | re.MULTILINE)
@@ -66,17 +67,8 @@ _RUBRIC_PREFIX = re.compile(r"^\s*LLM response should [A-Za-z ]{1,40}?:\s*", re.
 _DECODER = json.JSONDecoder()
 
 
-class RubricParseError(ValueError):
-    """A rubric-judge reply holds no usable score (or alignment).
-
-    Attributes:
-        reply: the received reply, truncated to 200 characters.
-    """
-
-    def __init__(self, problem: str, reply: str | None) -> None:
-        excerpt = "" if reply is None else str(reply)[:_ERROR_EXCERPT_CHARS]
-        super().__init__(f"{problem}; received {excerpt!r}")
-        self.reply = excerpt
+class RubricParseError(ReplyParseError):
+    """A rubric-judge reply holds no usable score (or alignment)."""
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -391,35 +383,9 @@ def lexical_alignment(reference: Sequence[str], items: Sequence[str]) -> list[in
 
 async def _ask(model, prompts: list[str], parse: Callable[[str, int], Any], prompt_sha256: str,
                max_parse_retries: int, first_uses_cache: bool) -> list[dict[str, Any]]:
-    """Ask every prompt, re-asking unparsable or empty replies (cache bypassed) up to the bound.
-
-    Returns, per prompt: ``{"value", "raw", "error", "attempts"}`` (``value`` None when it failed).
-    """
-    results = [{"value": None, "raw": None, "error": "not judged", "attempts": 0} for _ in prompts]
-    pending = list(range(len(prompts)))
-    for round_ in range(1 + max_parse_retries):
-        if not pending:
-            break
-        outcomes = await model.complete_batch([[{"role": "user", "content": prompts[i]}] for i in pending],
-                                              max_tokens=RUBRIC_MAX_TOKENS, prompt_sha256=prompt_sha256,
-                                              use_cache=first_uses_cache and round_ == 0)
-        still = []
-        for i, o in zip(pending, outcomes):
-            res = results[i]
-            res["attempts"] += o["attempts"]
-            res["raw"] = o["text"] or res["raw"]
-            if o["status"] != "ok":
-                res["error"] = o["error"]
-                if o["error"] == "empty reply":
-                    still.append(i)
-                continue
-            try:
-                res["value"], res["error"] = parse(o["text"], i), None
-            except RubricParseError as exc:
-                res["error"] = str(exc)
-                still.append(i)
-        pending = still
-    return results
+    """:func:`aml_ray.stages.asking.ask_until_parsed` with the rubric judge's completion limit."""
+    return await ask_until_parsed(model, prompts, parse, prompt_sha256=prompt_sha256, max_tokens=RUBRIC_MAX_TOKENS,
+                                  max_parse_retries=max_parse_retries, first_uses_cache=first_uses_cache)
 
 
 async def judge_rubric_items(rows: list[dict[str, Any]], *, model, prompt, max_parse_retries: int = 2,

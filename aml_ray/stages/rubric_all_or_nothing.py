@@ -26,12 +26,13 @@ How it is done here:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from aml_ray.config import ModelEndpoint
 from aml_ray.prompts import Prompt
+from aml_ray.scoring.judge_parse import ReplyParseError
 from aml_ray.scoring.normalize import normalize_answer
+from aml_ray.stages.asking import ask_until_parsed
 from aml_ray.stages.scorers import register_scorer
 
 #: Completion limit of the rubric judge (one reasoning line per item, then the JSON line).
@@ -46,7 +47,7 @@ _STOP = frozenset("the a an and or of to in on for with by is are be should resp
                   "from its their any all each not".split())
 
 
-class RubricParseError(ValueError):
+class MetParseError(ReplyParseError):
     """The judge reply holds no usable ``{"met": [...]}`` list for the rubric."""
 
 
@@ -78,11 +79,11 @@ def parse_met(text: str | None, n_items: int) -> list[bool]:
         One bool per item, in rubric order.
 
     Raises:
-        RubricParseError: no JSON object with a ``met`` list, a value that is not a yes/no, or a list of
+        MetParseError: no JSON object with a ``met`` list, a value that is not a yes/no, or a list of
             another length; the message quotes the start of the reply.
     """
     if not text or not text.strip():
-        raise RubricParseError("empty judge reply")
+        raise MetParseError("empty judge reply", text)
     found = None
     i = text.find("{")
     while i != -1:
@@ -97,12 +98,12 @@ def parse_met(text: str | None, n_items: int) -> list[bool]:
                 found = obj[key]
         i = text.find("{", end)
     if not isinstance(found, list):
-        raise RubricParseError(f'no {{"met": [...]}} object in the reply; received {text[:200]!r}')
+        raise MetParseError('no {"met": [...]} object in the reply', text)
     values = [_as_bool(v) for v in found]
     if None in values:
-        raise RubricParseError(f"a met value is not true/false: {found!r}")
+        raise MetParseError(f"a met value is not true/false: {found!r}", text)
     if len(values) != n_items:
-        raise RubricParseError(f"{len(values)} verdicts for {n_items} rubric items")
+        raise MetParseError(f"{len(values)} verdicts for {n_items} rubric items", text)
     return values  # type: ignore[return-value]
 
 
@@ -128,33 +129,11 @@ def offline_item_met(answer: str, item: str) -> bool:
 async def _judge_run(rows: list[dict[str, Any]], model, prompt: Prompt, max_parse_retries: int,
                      use_cache: bool) -> list[tuple[list[bool] | None, str | None, str | None, int]]:
     """One judging run: ``(met, raw, error, attempts)`` per row."""
-    results: list[list[Any]] = [[None, None, "not judged", 0] for _ in rows]
-    pending = list(range(len(rows)))
-    for round_ in range(1 + max_parse_retries):
-        if not pending:
-            break
-        batch = [[{"role": "user", "content": prompt.render(
-            question=rows[i]["question"], answer=rows[i]["answer"], rubric=list(rows[i]["rubric"] or []))}]
-            for i in pending]
-        outcomes = await model.complete_batch(batch, max_tokens=RUBRIC_JUDGE_MAX_TOKENS,
-                                              prompt_sha256=prompt.sha256, use_cache=use_cache and round_ == 0)
-        still = []
-        for i, o in zip(pending, outcomes):
-            res = results[i]
-            res[3] += o["attempts"]
-            res[1] = o["text"] or res[1]
-            if o["status"] != "ok":
-                res[2] = o["error"]
-                if o["error"] == "empty reply":
-                    still.append(i)
-                continue
-            try:
-                res[0], res[2] = parse_met(o["text"], len(rows[i]["rubric"] or [])), None
-            except RubricParseError as exc:
-                res[2] = str(exc)
-                still.append(i)
-        pending = still
-    return [tuple(r) for r in results]  # type: ignore[misc]
+    texts = [prompt.render(question=r["question"], answer=r["answer"], rubric=list(r["rubric"] or [])) for r in rows]
+    got = await ask_until_parsed(model, texts, lambda text, i: parse_met(text, len(rows[i]["rubric"] or [])),
+                                 prompt_sha256=prompt.sha256, max_tokens=RUBRIC_JUDGE_MAX_TOKENS,
+                                 max_parse_retries=max_parse_retries, first_uses_cache=use_cache)
+    return [(g["value"], g["raw"], g["error"], g["attempts"]) for g in got]
 
 
 @register_scorer("rubric_all_or_nothing")

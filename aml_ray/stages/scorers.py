@@ -10,7 +10,6 @@ being scored; the row always stays in the denominator). Register a new contract 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aml_ray.stages.judge import judge_rows
 
