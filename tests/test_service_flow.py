@@ -145,7 +145,7 @@ def test_full_participant_flow_on_serve(serve_app, tmp_path):
     assert res["review"]["status"] == "pending" and failed == {} and res["review"]["gate"]["passed"] is True
     assert api.call("GET", f"/api/results/{full_job['id']}", key=other_key).status_code == 404
     assert api.call("GET", f"/api/results/{full_job['id']}").status_code == 401
-    assert api.call("GET", f"/api/leaderboard/textual").json()["rows"] == []  # not before approval
+    assert api.call("GET", "/api/leaderboard/textual").json()["rows"] == []  # not before approval
 
     queue = api.call("GET", "/api/admin/reviews", key=ADMIN).json()
     assert [r["job_id"] for r in queue] == [full_job["id"]]
