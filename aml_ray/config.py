@@ -6,6 +6,7 @@ Environment variables:
 - ``AML_CACHE_DIR``: downloaded dataset files (default ``$AML_DATA_DIR/cache``).
 - ``ANSWER_API_BASE``, ``ANSWER_API_KEY``, ``ANSWER_MODEL``: the answer model's OpenAI-compatible endpoint.
 - ``JUDGE_API_BASE``, ``JUDGE_API_KEY``, ``JUDGE_MODEL``: the judge model's endpoint.
+- ``ANSWER_VISION=1``: the answer model accepts image inputs (required by the Multimodal track).
 
 With no ``*_API_BASE`` set, the embedded offline answerer / lexical judge are used and labelled as
 offline in every output.
@@ -44,6 +45,8 @@ class ModelEndpoint:
         rpm: requests per minute limit, or None.
         tpm: tokens per minute limit (prompt estimate + max_tokens), or None.
         cache_path: SQLite reply cache (see :mod:`aml_ray.answer_cache`), or None for no cache.
+        vision: the model accepts OpenAI-style image parts (``<ROLE>_VISION=1``); the Multimodal track
+            refuses an online answer model without it.
     """
 
     role: str
@@ -55,6 +58,7 @@ class ModelEndpoint:
     rpm: float | None = None
     tpm: float | None = None
     cache_path: str | None = None
+    vision: bool = False
 
     @property
     def offline(self) -> bool:
@@ -64,7 +68,7 @@ class ModelEndpoint:
         """A secret-free description for run.json and the console."""
         return {"role": self.role, "base_url": self.base_url, "model": self.model, "offline": self.offline,
                 "timeout_s": self.timeout_s, "max_in_flight": self.max_in_flight, "rpm": self.rpm,
-                "tpm": self.tpm, "temperature": 0}
+                "tpm": self.tpm, "temperature": 0, **({"vision": True} if self.vision else {})}
 
 
 OFFLINE_ANSWER_MODEL = "offline-extractive-answerer (not an official model)"
@@ -89,7 +93,7 @@ def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> Mod
 
     Variables (``<ROLE>`` is ``ANSWER`` or ``JUDGE``): ``<ROLE>_API_BASE``, ``<ROLE>_API_KEY``,
     ``<ROLE>_MODEL``, and optionally ``<ROLE>_MAX_IN_FLIGHT``, ``<ROLE>_RPM``, ``<ROLE>_TPM``,
-    ``<ROLE>_TIMEOUT_S``. Replies are cached under ``<cache dir>/model-replies.sqlite3`` unless
+    ``<ROLE>_TIMEOUT_S``, ``<ROLE>_VISION`` (``1``/``true``: accepts images). Replies are cached under ``<cache dir>/model-replies.sqlite3`` unless
     ``AML_MODEL_CACHE=off``.
 
     Raises:
@@ -110,4 +114,5 @@ def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> Mod
     cache = None if env.get("AML_MODEL_CACHE", "").lower() == "off" else str(cache_dir() / "model-replies.sqlite3")
     return ModelEndpoint(role=role, base_url=base, model=model, api_key=SecretStr(key) if key else None,
                          timeout_s=timeout, max_in_flight=_number(env, f"{prefix}_MAX_IN_FLIGHT", int) or 32,
-                         rpm=_number(env, f"{prefix}_RPM"), tpm=_number(env, f"{prefix}_TPM"), cache_path=cache)
+                         rpm=_number(env, f"{prefix}_RPM"), tpm=_number(env, f"{prefix}_TPM"), cache_path=cache,
+                         vision=env.get(f"{prefix}_VISION", "").lower() in ("1", "true", "yes"))

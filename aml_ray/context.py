@@ -4,13 +4,19 @@ Rule: memories are taken in the participant's order and kept while the running t
 (content plus its date line) stays within ``budget_tokens``; the first memory that would pass the
 budget and every memory after it are cut. The number cut is recorded in evidence (``memories_cut``) and
 the kept tokens are an output metric (``context_tokens``). Memories are never reordered or rewritten.
+
+Multimodal: a memory returned as parts is counted as the tokens of its text (the image markers
+``<image media:<sha256>>`` removed) plus, for each image, ``image_tokens(ref)``: the suite's estimate
+(:func:`aml_ray.media.image_token_counter`: OpenAI's high-detail tile rule, or a fixed number per image).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX
 from aml_ray.tokens import count_tokens
 
 
@@ -35,8 +41,31 @@ def memory_line(memory: dict[str, Any]) -> str:
     return f"[{created}] {memory['content']}" if created else str(memory["content"])
 
 
-def fit_context(memories: list[dict[str, Any]], budget_tokens: int, model: str) -> AnswerContext:
+def memory_tokens(memory: dict[str, Any], model: str,
+                  image_tokens: Callable[[str], int] | None = None) -> int:
+    """Tokens of one memory's prompt line; images by ``image_tokens`` (see the module rule).
+
+    Raises:
+        ValueError: the memory holds images and no ``image_tokens`` estimate was given.
+    """
+    line = memory_line(memory)
+    refs = IMAGE_MARKER.findall(line) if memory.get("parts") else []
+    if not refs:
+        return count_tokens(line, model)
+    if image_tokens is None:
+        raise ValueError("a memory holds images but the answer context has no image token estimate")
+    return count_tokens(IMAGE_MARKER.sub("", line), model) + sum(image_tokens(MEDIA_PREFIX + r) for r in refs)
+
+
+def fit_context(memories: list[dict[str, Any]], budget_tokens: int, model: str,
+                image_tokens: Callable[[str], int] | None = None) -> AnswerContext:
     """Keep memories in order while they fit in ``budget_tokens`` (see the module rule).
+
+    Args:
+        memories: retrieved memories, participant order.
+        budget_tokens: the context budget.
+        model: the answer model (its tokenizer).
+        image_tokens: ``media ref -> tokens`` for memories with images (Multimodal), else None.
 
     Raises:
         ValueError: ``budget_tokens`` < 1.
@@ -45,7 +74,7 @@ def fit_context(memories: list[dict[str, Any]], budget_tokens: int, model: str) 
         raise ValueError(f"context budget must be >= 1 token, got {budget_tokens}")
     kept, total = [], 0
     for m in memories:
-        n = count_tokens(memory_line(m), model)
+        n = memory_tokens(m, model, image_tokens)
         if total + n > budget_tokens:
             break
         kept.append(m)

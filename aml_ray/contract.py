@@ -13,14 +13,23 @@ Shapes (Textual track; content is a string):
 - Search request: ``{query, options?, user_id, top_k}``
 - Search response (HTTP 200): ``{data: [{id, content, score?, created_at?}]}``, at most ``top_k`` items,
   each with a non-empty string ``id`` and ``content``; undeclared fields are ignored.
+
+Multimodal track: ``content`` (Add message, returned memory) and the Search ``query`` may also be a
+non-empty ordered array of ``text`` / ``image_url`` parts (:mod:`aml_ray.media` has the rules). Parts are
+accepted only when the caller passes the suite's :class:`~aml_ray.media.MediaLimits`: as the validation
+context of the models (``AddRequest.model_validate(d, context=media_context(limits))``) and as
+``media=`` of :func:`validate_search_response`. Without it (Textual, Coding) a part array is an error
+that names the field.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from aml_ray.media import MediaLimits, check_parts, check_request_total, limits_from_context
 
 #: Formal Top K of external evaluations (seed: "Formal Top K 100").
 FORMAL_TOP_K = 100
@@ -48,18 +57,57 @@ class ContractError(Exception):
         return (ContractError, (self.field, self.reason, self.request_id))
 
 
+#: A content value: a non-empty string, or (Multimodal only) an ordered array of parts.
+Content = Annotated[str, Field(min_length=1)] | list[dict[str, Any]]
+_PARTS_REFUSED = ("content parts (an array) are accepted only in the Multimodal track; Textual and Coding "
+                  "send a non-empty string")
+
+
+def _check_content(value: Any, field: str, info: ValidationInfo) -> Any:
+    """Shared validator of ``content`` / ``query``: strings pass, part arrays need media limits."""
+    if isinstance(value, str):
+        return value
+    limits = limits_from_context(info.context)
+    if limits is None:
+        raise ValueError(f"{field}: {_PARTS_REFUSED}")
+    try:
+        check_parts(value, field, limits)
+    except ContractError as exc:
+        raise ValueError(f"{exc.field}: {exc.reason}") from None
+    return value
+
+
+def _image_bytes(value: Any) -> int:
+    """Decoded image bytes of an already validated content value (0 for a string)."""
+    if isinstance(value, str):
+        return 0
+    return sum(len(p["image_url"]["url"]) * 3 // 4 for p in value if p.get("type") == "image_url")
+
+
 class Message(BaseModel):
-    """One message of an Add request. ``timestamp`` is Unix time in milliseconds (UTC)."""
+    """One message of an Add request. ``timestamp`` is Unix time in milliseconds (UTC).
+
+    ``content`` is a non-empty string; in the Multimodal track (validation context with media limits)
+    also a non-empty array of parts.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     role: Literal["user", "assistant", "system", "tool"]
-    content: str = Field(min_length=1)
+    content: Content
     timestamp: int | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v: Any, info: ValidationInfo) -> Any:
+        return _check_content(v, "content", info)
 
 
 class AddRequest(BaseModel):
-    """Body of POST Add. ``messages`` is non-empty and ordered as in the source session."""
+    """Body of POST Add. ``messages`` is non-empty and ordered as in the source session.
+
+    Multimodal: the images of all messages together stay within the media limits' ``max_request_bytes``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,16 +116,42 @@ class AddRequest(BaseModel):
     user_id: str = Field(min_length=1)
     session_id: str = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _request_total(self, info: ValidationInfo) -> AddRequest:
+        limits = limits_from_context(info.context)
+        if limits is not None:
+            total = sum(_image_bytes(m.content) for m in self.messages)
+            try:
+                check_request_total(total, "messages", limits)
+            except ContractError as exc:
+                raise ValueError(f"{exc.field}: {exc.reason}") from None
+        return self
+
 
 class SearchRequest(BaseModel):
-    """Body of POST Search. ``options`` only for multiple-choice questions; never holds the gold."""
+    """Body of POST Search. ``options`` only for multiple-choice questions; never holds the gold.
+
+    ``query`` is the original question: a non-empty string, or in the Multimodal track an array of parts.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    query: str = Field(min_length=1)
+    query: Content
     options: list[str] | None = None
     user_id: str = Field(min_length=1)
     top_k: int = Field(ge=1)
+
+    @field_validator("query")
+    @classmethod
+    def _query(cls, v: Any, info: ValidationInfo) -> Any:
+        v = _check_content(v, "query", info)
+        limits = limits_from_context(info.context)
+        if limits is not None:
+            try:
+                check_request_total(_image_bytes(v), "query", limits)
+            except ContractError as exc:
+                raise ValueError(f"{exc.field}: {exc.reason}") from None
+        return v
 
     def to_body(self) -> dict[str, Any]:
         """The JSON body; ``options`` is omitted for open questions (seed: "omitted for open questions")."""
@@ -90,7 +164,7 @@ class MemoryItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: str
-    content: str
+    content: str | list[dict[str, Any]]
     score: float | None = None
     created_at: str | None = None
 
@@ -141,7 +215,8 @@ def validate_add_response(
 
 
 def validate_search_response(
-    request: SearchRequest, status: int, body: Any, *, request_id: str | None = None
+    request: SearchRequest, status: int, body: Any, *, request_id: str | None = None,
+    media: MediaLimits | None = None,
 ) -> list[MemoryItem]:
     """Check a Search response and return its items in participant order.
 
@@ -150,6 +225,9 @@ def validate_search_response(
         status: HTTP status; only 200 is a success.
         body: the decoded JSON body.
         request_id: the platform's id for this question, used in error messages.
+        media: the Multimodal suite's media limits; when given, an item's ``content`` may be an array
+            of parts (checked by :func:`aml_ray.media.check_parts`, undeclared part keys dropped, images
+            of the whole response within ``max_request_bytes``). None: strings only.
 
     Returns:
         The items, in the participant's order, with only the declared fields.
@@ -171,14 +249,22 @@ def validate_search_response(
         _fail("data", f"returned {len(data)} items for top_k={request.top_k}; excess items are a "
               "contract error and are not truncated", request_id)
     items: list[MemoryItem] = []
+    image_total = 0
     for i, raw in enumerate(data):
         where = f"data[{i}]"
         if not isinstance(raw, dict):
             _fail(where, "each item must be an object", request_id)
-        for name in ("id", "content"):
+        content = raw.get("content")
+        if isinstance(content, list):
+            if media is None:
+                _fail(f"{where}.content", _PARTS_REFUSED, request_id)
+            image_total += check_parts(content, f"{where}.content", media, request_id=request_id,
+                                       strict_keys=False)
+            check_request_total(image_total, f"{where}.content", media, request_id)
+        for name in ("id", "content") if not isinstance(content, list) else ("id",):
             value = raw.get(name)
             if not isinstance(value, str) or not value.strip():
-                _fail(f"{where}.{name}", f"must be a non-empty string, got {value!r}", request_id)
+                _fail(f"{where}.{name}", f"must be a non-empty string, got {value!r}"[:200], request_id)
         score = raw.get("score")
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))
                                   or not math.isfinite(score)):
@@ -186,8 +272,12 @@ def validate_search_response(
         created_at = raw.get("created_at")
         if created_at is not None and not isinstance(created_at, (str, int, float)):
             _fail(f"{where}.created_at", "must be a timestamp string or number when present", request_id)
+        if isinstance(content, list):
+            from aml_ray.media import declared_parts
+
+            content = declared_parts(content)
         items.append(MemoryItem(
-            id=raw["id"], content=raw["content"],
+            id=raw["id"], content=content,
             score=float(score) if score is not None else None,
             created_at=str(created_at) if created_at is not None else None,
         ))

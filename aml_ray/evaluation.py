@@ -187,6 +187,28 @@ def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
         raise ValueError("cannot resume: the run would change; " + "; ".join(diffs))
 
 
+def _media_limits(track: str, cfg: EvaluationConfig):
+    """The media limits of a multimodal dataset's run (None for Textual and Coding).
+
+    Taken from ``cfg.suite`` when that suite is a multimodal one, else from the shipped ``multimodal``
+    suite; defaults of :class:`aml_ray.media.MediaLimits` when the suite sets none.
+
+    Raises:
+        ValueError: the track is multimodal and the online answer model is not vision-capable.
+    """
+    if track != "multimodal":
+        return None
+    from aml_ray.media import MediaLimits
+    from aml_ray.stages.answer import require_vision
+    from aml_ray.suite import load_suite
+
+    require_vision(cfg.answer, track)
+    suite = load_suite(cfg.suite)
+    if suite.track != "multimodal":
+        suite = load_suite("multimodal")
+    return suite.media or MediaLimits()
+
+
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
              num_cpus: int | None = None) -> EvaluationResult:
     """Run one evaluation, or resume one.
@@ -216,6 +238,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     """
     spec = get_dataset(cfg.dataset)
     run_dir = RunDir(cfg.out_dir)
+    media = _media_limits(spec.track, cfg)  # refuses a text-only answer model for the multimodal track
     previous: dict[str, Any] | None = None
     if run_dir.run_json.exists():
         if not cfg.resume:
@@ -241,7 +264,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
         done = set(read_questions(run_dir).filter(pl.col("status").is_not_null())["question_id"].to_list())
     inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), stream_checkpoints=cfg.stream_checkpoints,
-                          done_questions=done)
+                          done_questions=done, media_dir=run_dir.media if media else None)
     answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
     judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
     prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
@@ -261,6 +284,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
         "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
         "stream_checkpoints": cfg.stream_checkpoints,
+        **({"media": media.model_dump(mode="json")} if media else {}),
         "package_version": aml_ray.__version__, "git_commit": _git_commit(),
         "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
     }
@@ -277,7 +301,10 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     t0 = time.perf_counter()
     try:
         questions = run_pipeline(
-            inputs, run_dir=run_dir, participant=cfg.participant, answer=cfg.answer, judge=cfg.judge,
+            inputs, run_dir=run_dir, answer=cfg.answer, judge=cfg.judge,
+            participant=cfg.participant.model_copy(update={"media": media}) if media else cfg.participant,
+            media_root=str(run_dir.media) if media else None,
+            image_tokens=media.image_tokens if media else "openai_tiles",
             answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
             judge_runs=cfg.judge_runs, scorer=spec.scorer,

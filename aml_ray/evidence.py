@@ -7,6 +7,7 @@ Layout of a run directory::
     <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk (written when the sample's Adds end)
     <run_dir>/evidence/adds/<sample_id>.jsonl    the journal of a sample whose Adds are under way
     <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
+    <run_dir>/media/<sha256>.<ext>               Multimodal: each image once, by content hash
 
 Every Parquet and JSON file is written atomically (temporary file + ``os.replace``), so a killed run
 never leaves a half-written one. The Add journal is appended one line per finished Add and flushed;
@@ -26,8 +27,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+#: One content part in evidence (Multimodal): ``{"type": "text", "text": ...}`` or
+#: ``{"type": "image", "media": "media:<sha256>"}`` (the bytes are in ``<run_dir>/media``, never inline).
+PART_TYPE = pa.struct([("type", pa.string()), ("text", pa.string()), ("media", pa.string())])
+
+#: A returned memory. ``content`` is its text; for a memory returned as parts it is the parts rendered
+#: in order (:func:`aml_ray.media.render_parts`: ``<image media:<sha256>>`` where an image was) and
+#: ``parts`` keeps them; ``parts`` is null for a string memory.
 MEMORY_TYPE = pa.struct([("id", pa.string()), ("content", pa.string()), ("score", pa.float64()),
-                         ("created_at", pa.string())])
+                         ("created_at", pa.string()), ("parts", pa.list_(PART_TYPE))])
 
 #: One row per Add chunk.
 ADD_SCHEMA = pa.schema([
@@ -46,6 +54,8 @@ QUESTION_SCHEMA = pa.schema([
     ("user_id", pa.string()), ("question", pa.string()), ("options", pa.list_(pa.string())),
     ("gold", pa.string()), ("category", pa.string()), ("speakers", pa.list_(pa.string())),
     ("question_date", pa.string()), ("rubric", pa.list_(pa.string())), ("step", pa.int32()), ("excluded", pa.bool_()), ("excluded_reason", pa.string()),
+    # Multimodal: the question as parts (null for a text question), sent to Search and the answer model
+    ("question_parts", pa.list_(PART_TYPE)),
     # search
     ("search_status", pa.string()), ("search_http_status", pa.int32()), ("search_attempts", pa.int32()),
     ("search_retried_statuses", pa.list_(pa.int32())), ("search_latency_ms", pa.float64()),
@@ -117,6 +127,7 @@ class RunDir:
         self.run_json = self.root / "run.json"
         self.results_json = self.root / "results.json"
         self.results_parquet = self.root / "results.parquet"
+        self.media = self.root / "media"
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"

@@ -105,7 +105,8 @@ def stream_steps(n_sessions: int, checkpoints: list[float]) -> list[int]:
 
 
 def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: list[float] | None = None,
-                 done_questions: set[str] | frozenset[str] = frozenset()) -> PipelineInputs:
+                 done_questions: set[str] | frozenset[str] = frozenset(),
+                 media_dir: Path | None = None) -> PipelineInputs:
     """Chunk every sample, build its Add requests (ids per DESIGN.md) and its question rows.
 
     Args:
@@ -115,6 +116,8 @@ def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: li
             is searched (e.g. ``[0.5, 1.0]``); each (question, step) is its own row, with question_id
             ``<id>@<step>``. None: the ordinary mode (search after all Adds).
         done_questions: question ids already in the evidence (resume): not built again.
+        media_dir: the run's media folder (Multimodal): a question's images are stored there once and its
+            row refers to them (``question_parts``); required when a question has parts.
     """
     inputs = PipelineInputs(sample_rows=[], excluded_rows=[])
     for sample in samples:
@@ -151,6 +154,8 @@ def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: li
                            options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
                            category=q.category, speakers=list(sample.speakers),
                            excluded=q.excluded_reason is not None, excluded_reason=q.excluded_reason)
+                if q.question_parts:
+                    row["question_parts"] = _question_parts(q.question_parts, media_dir)
                 if q.excluded_reason is not None:
                     row["status"] = "excluded"
                     inputs.excluded_rows.append(row)
@@ -160,6 +165,15 @@ def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: li
         inputs.sample_rows.append({"sample_id": sample.sample_id, "adds_json": json.dumps(adds),
                                    "add_meta_json": json.dumps(meta), "questions_json": json.dumps(questions)})
     return inputs
+
+
+def _question_parts(parts, media_dir: Path | None) -> list[dict[str, Any]]:
+    """A question's contract parts -> evidence parts, its images stored once in the run's media folder."""
+    from aml_ray.media import MediaStore
+
+    if media_dir is None:
+        raise ValueError("a question has image parts but the run has no media folder (Multimodal needs one)")
+    return MediaStore(media_dir).externalize(list(parts))
 
 
 class StageFailed(Exception):
@@ -193,6 +207,8 @@ def run_pipeline(
     scorer: str = "binary_judge",
     options: PipelineOptions | None = None,
     on_progress: Callable[[dict[str, int]], None] | None = None,
+    media_root: str | None = None,
+    image_tokens: int | str = "openai_tiles",
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -209,6 +225,8 @@ def run_pipeline(
         top_k: Top K sent with every Search.
         options: throughput knobs.
         on_progress: called about twice a second with ``{stage: done}`` counts.
+        media_root / image_tokens: Multimodal: the run's media folder and the context cost of an image
+            (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
 
     Returns:
         All question rows (scored and excluded) as a polars DataFrame.
@@ -241,12 +259,13 @@ def run_pipeline(
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
                                                "top_k": top_k, "tracker": tracker}, **common)
     ds = ds.map_batches(SearchStage, batch_size=opts.search_batch_size, compute=pool(opts.batches_in_flight),
-                        fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker},
-                        **common)
+                        fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker,
+                                               "media_root": media_root}, **common)
     ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_for(answer), compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
                                                "prompt": answer_prompt,
-                                               "budget_tokens": context_budget_tokens, "tracker": tracker}, **common)
+                                               "budget_tokens": context_budget_tokens, "tracker": tracker,
+                                               "media_root": media_root, "image_tokens": image_tokens}, **common)
     ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_for(judge), compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
                                                "prompt": judge_prompt, "f1_rule": f1_rule,

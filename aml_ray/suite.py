@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aml_ray.datasets.fetch import DatasetError, DatasetHashMismatch, sha256_file
+from aml_ray.media import MediaLimits
 
 #: Where the shipped suite files are.
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -264,7 +265,11 @@ class Aggregation(_Strict):
 
 
 class Suite(_Strict):
-    """A versioned suite file (see the module docstring)."""
+    """A versioned suite file (see the module docstring).
+
+    ``media`` (Multimodal suites): the :class:`aml_ray.media.MediaLimits` every Add, Search and returned
+    memory is checked against, and the answer context's image token rule.
+    """
 
     schema_version: Literal[1]
     name: str
@@ -277,6 +282,7 @@ class Suite(_Strict):
     judge_runs: int = Field(ge=1)
     aggregation: Aggregation
     bundles: list[Bundle] = Field(min_length=1)
+    media: MediaLimits | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> Suite:

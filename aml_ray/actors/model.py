@@ -23,6 +23,7 @@ from aiolimiter import AsyncLimiter
 from aml_ray.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.pricing import estimate_cost_usd
+from aml_ray.media import text_of
 from aml_ray.tokens import count_tokens
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
@@ -79,7 +80,11 @@ class ModelClient:
             if self._rpm is not None:
                 await self._rpm.acquire()
             if self._tpm is not None:
-                estimate = sum(count_tokens(str(m.get("content", "")), self.endpoint.model) for m in messages)
+                # image parts: a 2048 x 768 image's tokens each (aml_ray.media), not their base64 text
+                estimate = sum(count_tokens(text_of(m.get("content", "")), self.endpoint.model)
+                               + 1105 * sum(isinstance(p, dict) and p.get("type") == "image_url"
+                                            for p in (m.get("content") if isinstance(m.get("content"), list) else []))
+                               for m in messages)
                 await self._tpm.acquire(min(float(estimate + max_tokens), self._tpm.max_rate))
             t0 = time.perf_counter()
             try:

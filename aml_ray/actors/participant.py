@@ -32,6 +32,7 @@ from aml_ray.contract import (
     validate_add_response,
     validate_search_response,
 )
+from aml_ray.media import MediaLimits, media_context
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
@@ -52,6 +53,8 @@ class ParticipantSpec(BaseModel):
         requests_per_s: request rate limit (declared capacity); None for unlimited.
         timeout_s: per-attempt timeout in seconds (default 1,800 s: the seed's 30 minutes).
         retry: the bounded backoff policy.
+        media: the Multimodal suite's media limits (set by the evaluation for a multimodal dataset);
+            None keeps requests and Search results strings-only (Textual, Coding).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -66,6 +69,7 @@ class ParticipantSpec(BaseModel):
     requests_per_s: float | None = Field(default=None, gt=0)
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     retry: RetryPolicy = RetryPolicy()
+    media: MediaLimits | None = None
 
     @field_validator("add_url", "search_url", "health_url", "add_status_url")
     @classmethod
@@ -304,7 +308,8 @@ class ParticipantClient:
         body = out.pop("body", None)
         out["memories"] = []
         if out["status"] == "ok":
-            items = validate_search_response(request, out["http_status"], body, request_id=ref)
+            items = validate_search_response(request, out["http_status"], body, request_id=ref,
+                                             media=self.spec.media)
             # the four declared fields, as model_dump() gives them, without its per-item cost
             out["memories"] = [{"id": i.id, "content": i.content, "score": i.score, "created_at": i.created_at}
                                for i in items]
@@ -317,7 +322,11 @@ class ParticipantClient:
     # Batch entry points for actor calls: one call per sample / per batch of questions.
     async def add_sample(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Adds of one sample, in order; ``requests`` are AddRequest dicts."""
-        return await self.add_in_order([AddRequest.model_validate(r) for r in requests])
+        return await self.add_in_order([self._add_request(r) for r in requests])
+
+    def _add_request(self, body: dict[str, Any]) -> AddRequest:
+        """An AddRequest dict validated for this run's track (content parts only with media limits)."""
+        return AddRequest.model_validate(body, context=media_context(self.spec.media))
 
     async def add_stream(self, requests: list[dict[str, Any]]):
         """Adds of one sample, in order, yielding each outcome as soon as it is known.
@@ -326,11 +335,13 @@ class ParticipantClient:
         every finished Add, so a resumed run never sends a finished Add again.
         """
         for r in requests:
-            yield await self.add(AddRequest.model_validate(r))
+            yield await self.add(self._add_request(r))
 
     async def search_batch(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A batch of Searches; each item is ``{"ref": str, "request": SearchRequest dict}``."""
-        return await self.search_many([(SearchRequest.model_validate(i["request"]), i["ref"]) for i in items])
+        ctx = media_context(self.spec.media)
+        return await self.search_many([(SearchRequest.model_validate(i["request"], context=ctx), i["ref"])
+                                       for i in items])
 
 
 def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):

@@ -48,6 +48,8 @@ class Question:
         rubric: rubric items for rubric-judged datasets (BEAM, CL-bench), else empty.
         step: Streaming mode: the ingestion step (number of units added) at which the question is
             searched; None outside Streaming.
+        question_parts: Multimodal: the question as contract content parts (text and ``data:`` image
+            URLs), sent to Search and the answer model instead of ``question``; None for a text question.
     """
 
     question_id: str
@@ -61,6 +63,7 @@ class Question:
     question_date: str | None = None
     rubric: tuple[str, ...] = ()
     step: int | None = None
+    question_parts: tuple[dict, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 from aml_ray.contract import Message
 from aml_ray.datasets.base import Chunk, Sample, Session
+from aml_ray.media import text_of
 
 #: Maximum messages per Textual chunk (AML user documentation: "20 messages or 2,000 ... words").
 MAX_CHUNK_MESSAGES = 20
@@ -41,9 +42,10 @@ def count_words(message: Message) -> int:
         message: a contract message whose ``content`` is the rendered text sent to the participant.
 
     Returns:
-        ``len(message.content.split())``: whitespace-separated tokens of the rendered content.
+        ``len(message.content.split())``: whitespace-separated tokens of the rendered content
+        (Multimodal: of its text parts; images count no words).
     """
-    return len(message.content.split())
+    return len(text_of(message.content).split())
 
 
 def split_messages(

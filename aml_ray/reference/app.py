@@ -2,6 +2,10 @@
 
 Routes: ``POST /add``, ``POST /search``, ``GET /health`` (unauthenticated). Endpoints are plain ``def``
 so FastAPI runs them in its threadpool; the store serialises SQLite access with a lock.
+
+Multimodal (``create_app(..., media=MediaLimits())``, ``--multimodal``): Add contents and Search queries
+may be arrays of parts, validated against the limits (a bad part is a 422 whose ``loc``/``msg`` name
+the part index); text parts are indexed by BM25, images are kept by hash and returned in order.
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Body, Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from aml_ray.contract import AddRequest, AddResponseModel, SearchRequest, SearchResponseModel
+from aml_ray.media import MediaLimits, media_context, text_of
 from aml_ray.reference.bm25_index import BM25Index
 from aml_ray.reference.store import Memory, MemoryStore, RequestConflict
 
@@ -71,13 +78,15 @@ def _auth_dependency(auth: str | None, secret: str | None):
     return check
 
 
-def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = None) -> FastAPI:
+def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = None,
+               media: MediaLimits | None = None) -> FastAPI:
     """Create the reference memory system app.
 
     Args:
         db_path: SQLite file holding the memories (created if missing; reused across restarts).
         auth: ``"Token"``, ``"Bearer"``, ``"X-Api-Key"``, or None / ``"none"`` for no authentication.
         secret: the expected secret; required when ``auth`` is set.
+        media: accept content parts under these limits (Multimodal); None accepts strings only.
 
     Returns:
         The FastAPI application. Its store and index are on ``app.state.store`` / ``app.state.index``.
@@ -105,8 +114,15 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
         return {**store.totals(), "duplicate_adds_acknowledged": app.state.duplicate_adds,
                 "faults_injected": dict(chaos.injected) if chaos else {}}
 
-    @app.post("/add", dependencies=[Depends(check_auth)], response_model=AddResponseModel)
-    def add(body: AddRequest) -> dict[str, Any]:
+    def validated(model, raw: Any):
+        """Multimodal bodies: validated with the media limits as context; errors are FastAPI's 422."""
+        try:
+            return model.model_validate(raw, context=media_context(media))
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False, include_context=False),
+                                         body=None) from None
+
+    def do_add(body: AddRequest) -> dict[str, Any]:
         try:
             stored = store.add(body)
         except RequestConflict:
@@ -120,10 +136,26 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
         return {"success": True, "request_id": body.request_id, "user_id": body.user_id,
                 "session_id": body.session_id}
 
-    @app.post("/search", dependencies=[Depends(check_auth)], response_model=SearchResponseModel)
-    def search(body: SearchRequest) -> dict[str, Any]:
-        hits = index.search(body.user_id, body.query, body.top_k)
-        return {"data": [{"id": h.memory.id, "content": h.memory.content, "score": h.score,
+    def do_search(body: SearchRequest) -> dict[str, Any]:
+        hits = index.search(body.user_id, text_of(body.query), body.top_k)
+        return {"data": [{"id": h.memory.id, "content": store.content_parts(h.memory), "score": h.score,
                           "created_at": _created_at(h.memory)} for h in hits]}
+
+    if media is None:
+        @app.post("/add", dependencies=[Depends(check_auth)], response_model=AddResponseModel)
+        def add(body: AddRequest) -> dict[str, Any]:
+            return do_add(body)
+
+        @app.post("/search", dependencies=[Depends(check_auth)], response_model=SearchResponseModel)
+        def search(body: SearchRequest) -> dict[str, Any]:
+            return do_search(body)
+    else:
+        @app.post("/add", dependencies=[Depends(check_auth)], response_model=AddResponseModel)
+        def add_multimodal(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+            return do_add(validated(AddRequest, body))
+
+        @app.post("/search", dependencies=[Depends(check_auth)])
+        def search_multimodal(body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+            return do_search(validated(SearchRequest, body))
 
     return app

@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--secret-env", default=SECRET_ENV,
                    help=f"environment variable holding the secret (default {SECRET_ENV})")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--multimodal", action="store_true",
+                   help="accept text/image_url content parts (Multimodal track; default media limits)")
     p.add_argument("--faults", default=None,
                    help="inject faults (chaos participant), e.g. '429=0.05,503=0.05,drop=0.02,seed=1'; "
                         "see aml_ray.reference.chaos")
@@ -81,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from aml_ray.reference.app import create_app
 
-    app = create_app(args.db, auth=auth, secret=secret)
+    media = None
+    if args.multimodal:
+        from aml_ray.media import MediaLimits
+
+        media = MediaLimits()
+    app = create_app(args.db, auth=auth, secret=secret, media=media)
     served = app
     if args.faults:
         from aml_ray.reference.chaos import ChaosMiddleware, FaultPlan
@@ -126,12 +133,14 @@ class ReferenceServer:
         startup_timeout: seconds to wait for ``READY`` and a healthy ``GET /health``.
         db_path: database file, overriding ``directory / "reference.sqlite3"``.
         faults: a fault spec (:mod:`aml_ray.reference.chaos`) to run it as the chaos participant.
+        multimodal: accept content parts (``--multimodal``).
     """
 
     def __init__(self, directory: Path, *, auth: str | None = None, secret: str | None = None,
                  host: str = "127.0.0.1", startup_timeout: float = 30.0, db_path: Path | None = None,
-                 faults: str | None = None):
+                 faults: str | None = None, multimodal: bool = False):
         self.faults = faults
+        self.multimodal = multimodal
         self.directory = Path(directory)
         self.db_path = Path(db_path) if db_path else self.directory / DB_NAME
         self.auth = None if auth in (None, "none") else auth
@@ -212,6 +221,8 @@ class ReferenceServer:
                "--db", str(self.db_path), "--auth", self.auth or "none", "--secret-env", SECRET_ENV]
         if self.faults:
             cmd += ["--faults", self.faults]
+        if self.multimodal:
+            cmd.append("--multimodal")
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
         if self.auth is not None:

@@ -7,6 +7,11 @@ visible to every later read (the contract's "persisted and immediately searchabl
 Idempotency follows the contract's retry rule ("a retry resends the same request_id and the same body"):
 a repeated request_id with the same body is acknowledged without storing anything; the same request_id
 with a different body is a :class:`RequestConflict`.
+
+Multimodal: a message whose content is an array of parts is stored as its text (what BM25 indexes:
+the text parts, newline-joined) plus ``parts_json``: the parts in order, where each image is a
+reference ``{"type": "image", "sha256", "kind"}`` to ``<db dir>/media/<sha256>.<ext>``, stored once.
+:meth:`MemoryStore.content_parts` rebuilds the contract parts for Search.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aml_ray.contract import AddRequest
+from aml_ray.media import MediaStore, text_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS memories (
@@ -31,7 +37,8 @@ CREATE TABLE IF NOT EXISTS memories (
     role         TEXT NOT NULL,
     content      TEXT NOT NULL,
     timestamp_ms INTEGER,
-    created_at   INTEGER NOT NULL
+    created_at   INTEGER NOT NULL,
+    parts_json   TEXT
 );
 CREATE INDEX IF NOT EXISTS memories_by_user ON memories (user_id);
 CREATE TABLE IF NOT EXISTS applied_requests (
@@ -69,6 +76,7 @@ class Memory:
         content: message text.
         timestamp_ms: source timestamp in Unix milliseconds, if the message had one.
         created_at: persistence time in Unix milliseconds.
+        parts_json: Multimodal: the message's parts (images by hash) as JSON, or None for a string.
     """
 
     id: str
@@ -80,6 +88,7 @@ class Memory:
     content: str
     timestamp_ms: int | None
     created_at: int
+    parts_json: str | None = None
 
 
 def body_sha256(request: AddRequest) -> str:
@@ -112,6 +121,31 @@ class MemoryStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(memories)")}
+        if "parts_json" not in columns:  # a database made before multimodal support
+            self._conn.execute("ALTER TABLE memories ADD COLUMN parts_json TEXT")
+        self.media = MediaStore(self.db_path.parent / "media")
+
+    def _stored_parts(self, content: str | list) -> str | None:
+        """Parts -> ``parts_json`` with every image written once under ``media/`` (None for a string)."""
+        if isinstance(content, str):
+            return None
+        out = []
+        for p in self.media.externalize(content):
+            if p["type"] == "text":
+                out.append({"type": "text", "text": p["text"]})
+            else:
+                kind, _ = self.media.read(p["media"])
+                out.append({"type": "image", "sha256": p["media"].removeprefix("media:"), "kind": kind})
+        return json.dumps(out, ensure_ascii=False)
+
+    def content_parts(self, memory: Memory) -> str | list[dict]:
+        """What Search returns as ``content``: the string, or the stored parts with ``data:`` URLs in order."""
+        if memory.parts_json is None:
+            return memory.content
+        return [{"type": "text", "text": p["text"]} if p["type"] == "text"
+                else {"type": "image_url", "image_url": {"url": self.media.data_url("media:" + p["sha256"])}}
+                for p in json.loads(memory.parts_json)]
 
     def add(self, request: AddRequest) -> bool:
         """Store an Add in one transaction, idempotently.
@@ -130,7 +164,7 @@ class MemoryStore:
         now_ms = int(time.time() * 1000)
         rows = [
             (f"{request.request_id}#{i}", request.user_id, request.session_id, request.request_id, i,
-             m.role, m.content, m.timestamp, now_ms)
+             m.role, text_of(m.content), m.timestamp, now_ms, self._stored_parts(m.content))
             for i, m in enumerate(request.messages)
         ]
         with self._lock:
@@ -146,7 +180,7 @@ class MemoryStore:
                     return False
                 conn.execute("INSERT INTO applied_requests VALUES (?, ?, ?, ?)",
                              (request.request_id, request.user_id, request.session_id, digest))
-                conn.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                conn.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 conn.execute("COMMIT")
             except RequestConflict:
                 raise
@@ -168,7 +202,7 @@ class MemoryStore:
         with self._lock:
             cur = self._conn.execute(
                 "SELECT id, user_id, session_id, request_id, position, role, content, timestamp_ms, "
-                "created_at FROM memories WHERE user_id = ? ORDER BY rowid", (user_id,))
+                "created_at, parts_json FROM memories WHERE user_id = ? ORDER BY rowid", (user_id,))
             return [Memory(*row) for row in cur.fetchall()]
 
     def count(self, user_id: str) -> int:

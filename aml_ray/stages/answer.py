@@ -2,6 +2,12 @@
 
 The context is the participant's memories in their order, cut to the token budget
 (:mod:`aml_ray.context`); the cut and the token count go to evidence.
+
+Multimodal: the prompt is rendered as text with ``<image media:<sha256>>`` where a memory (or the
+question) holds an image, then split there into an OpenAI-style content array, so text and image parts
+reach the answer model interleaved in the participant's order (:func:`multimodal_content`). A prompt
+without images stays a plain string. Only a vision-capable answer model may answer a multimodal suite
+(:func:`require_vision`).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.context import fit_context, speaker_blocks
 from aml_ray.evidence import QUESTION_SCHEMA, to_table
+from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX, MediaStore, image_token_counter, render_parts
 from aml_ray.offline import extractive_answer
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.stages._common import report
@@ -23,8 +30,50 @@ DEFAULT_CONTEXT_BUDGET = 16_000
 ANSWER_MAX_TOKENS = 256
 
 
+def require_vision(endpoint: ModelEndpoint, track: str) -> None:
+    """Refuse, before anything runs, a text-only answer model for the Multimodal track.
+
+    Args:
+        endpoint: the answer endpoint (``vision`` from ``ANSWER_VISION=1``); the offline answerer is
+            allowed (it reads the text parts and is labelled offline in every output).
+        track: the dataset's track.
+
+    Raises:
+        ValueError: ``track`` is multimodal and the online answer model is not marked vision-capable.
+    """
+    if track == "multimodal" and not endpoint.offline and not endpoint.vision:
+        raise ValueError(f"answer model {endpoint.model!r} is text-only, but the multimodal track sends images "
+                         "to the answer model: configure a vision-capable model and set ANSWER_VISION=1")
+
+
+def multimodal_content(text: str, media: MediaStore | None) -> str | list[dict[str, Any]]:
+    """A rendered prompt -> the message content: the text itself, or text/image parts split at the markers.
+
+    Args:
+        text: the rendered prompt; ``<image media:<sha256>>`` marks an image.
+        media: the run's media store (None: no images possible, ``text`` is returned).
+
+    Returns:
+        ``text`` when it holds no image marker; else ``[{"type": "text", ...}, {"type": "image_url",
+        "image_url": {"url": "data:image/...;base64,..."}}, ...]`` in the text's order.
+    """
+    if media is None or not IMAGE_MARKER.search(text):
+        return text
+    parts: list[dict[str, Any]] = []
+    pos = 0
+    for m in IMAGE_MARKER.finditer(text):
+        if text[pos:m.start()].strip():
+            parts.append({"type": "text", "text": text[pos:m.start()]})
+        parts.append({"type": "image_url", "image_url": {"url": media.data_url(MEDIA_PREFIX + m.group(1))}})
+        pos = m.end()
+    if text[pos:].strip():
+        parts.append({"type": "text", "text": text[pos:]})
+    return parts
+
+
 async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,
-                      budget_tokens: int = DEFAULT_CONTEXT_BUDGET) -> None:
+                      budget_tokens: int = DEFAULT_CONTEXT_BUDGET, media_root: str | None = None,
+                      image_tokens: int | str = "openai_tiles") -> None:
     """Fill the answer columns of question rows in place.
 
     Args:
@@ -34,13 +83,17 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
             None when offline.
         prompt: the answer prompt template.
         budget_tokens: the context budget for the memories.
+        media_root: the run's media folder (Multimodal); None for text-only tracks.
+        image_tokens: the context cost of one image (:func:`aml_ray.media.image_token_counter`).
     """
+    media = MediaStore(media_root) if media_root is not None else None
+    count_images = image_token_counter(media, image_tokens) if media is not None else None
     todo = []
     for r in rows:
         if r["search_status"] != "ok":
             r.update(answer_status="skipped", answer_error="search failed")
             continue
-        ctx = fit_context(r["memories"] or [], budget_tokens, endpoint.model)
+        ctx = fit_context(r["memories"] or [], budget_tokens, endpoint.model, count_images)
         r.update(context_tokens=ctx.tokens, memories_in_context=len(ctx.memories), memories_cut=ctx.cut)
         todo.append((r, ctx))
     if endpoint.offline:
@@ -50,10 +103,11 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
         return
     if not todo:
         return
-    batch = [[{"role": "user", "content": prompt.render(
-        question=r["question"], speakers=r["speakers"] or [], question_date=r["question_date"],
+    batch = [[{"role": "user", "content": multimodal_content(prompt.render(
+        question=render_parts(r["question_parts"]) if r.get("question_parts") else r["question"],
+        speakers=r["speakers"] or [], question_date=r["question_date"],
         options=r["options"] or [],
-        memory_blocks=speaker_blocks(ctx.memories, r["speakers"] or []))}] for r, ctx in todo]
+        memory_blocks=speaker_blocks(ctx.memories, r["speakers"] or [])), media)}] for r, ctx in todo]
     outcomes = await model.complete_batch(batch, max_tokens=ANSWER_MAX_TOKENS, prompt_sha256=prompt.sha256)
     for (r, _), o in zip(todo, outcomes):
         r.update(answer=o["text"] if o["status"] == "ok" else None, answer_status=o["status"],
@@ -71,17 +125,19 @@ class AnswerStage:
         prompt: the answer prompt (a loaded :class:`Prompt`, or a shipped name or path).
         budget_tokens: the context budget for the memories, in tokens.
         tracker: optional ``ProgressTracker`` actor handle.
+        media_root / image_tokens: Multimodal, see :func:`answer_rows`.
     """
 
     def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, budget_tokens: int = DEFAULT_CONTEXT_BUDGET,
-                 tracker=None):
+                 tracker=None, media_root: str | None = None, image_tokens: int | str = "openai_tiles"):
         self.endpoint, self.tracker, self.budget = endpoint, tracker, budget_tokens
+        self.media_root, self.image_tokens = media_root, image_tokens
         self.model = ActorModel(client) if client is not None else None
         self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         await answer_rows(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt,
-                          budget_tokens=self.budget)
+                          budget_tokens=self.budget, media_root=self.media_root, image_tokens=self.image_tokens)
         report(self.tracker, "answer", len(rows))
         return to_table(rows, QUESTION_SCHEMA)

@@ -105,7 +105,8 @@ class IngestStage:
                 todo = [p for p in positions if meta[p]["chunk_index"] not in done]
                 await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
                 if step is not None:
-                    await search_rows(self.participant, by_step[step], self.top_k, self.tracker)
+                    await search_rows(self.participant, by_step[step], self.top_k, self.tracker,
+                                      media_root=str(self.run_dir.media))
             if not journal.final.exists():
                 journal.finish()
             out.extend(questions)
