@@ -70,6 +70,20 @@ class PipelineOptions:
             return 256
         return max(16, min(256, 2 * endpoint.max_in_flight))
 
+    def model_tasks_for(self, endpoint: ModelEndpoint) -> int:
+        """Tasks the Answer/Judge actor runs at once for ``endpoint``.
+
+        Rows taken in by a model stage wait in the endpoint's FIFO semaphore; if the stage takes in
+        far more than the endpoint serves at once, every task's last rows queue behind all the others
+        and no task finishes until nearly all do (measured: the first Judge 12 s after the first
+        Answer at 1,540 questions). About four rounds of the endpoint's concurrency are enough to keep
+        it busy between tasks. Offline stages are CPU work: ``batches_in_flight``.
+        """
+        if endpoint.offline:
+            return self.batches_in_flight
+        batch = self.model_batch_for(endpoint)
+        return max(2, min(self.batches_in_flight, -(-4 * endpoint.max_in_flight // batch)))
+
 
 @dataclass
 class PipelineInputs:
@@ -261,12 +275,19 @@ def run_pipeline(
     ds = ds.map_batches(SearchStage, batch_size=opts.search_batch_size, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker,
                                                "media_root": media_root}, **common)
-    ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_for(answer), compute=pool(opts.batches_in_flight),
+    # A task hands its rows on only when it ends, and a Search task covers whole samples; before an
+    # online model stage, cut the stream into blocks of that stage's batch so Answer and Judge overlap.
+    answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
+    if not answer.offline and answer_batch < opts.search_batch_size:
+        ds = ds.repartition(target_num_rows_per_block=answer_batch)
+    ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
                         fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
                                                "prompt": answer_prompt,
                                                "budget_tokens": context_budget_tokens, "tracker": tracker,
                                                "media_root": media_root, "image_tokens": image_tokens}, **common)
-    ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_for(judge), compute=pool(opts.batches_in_flight),
+    if not judge.offline and judge_batch < answer_batch:
+        ds = ds.repartition(target_num_rows_per_block=judge_batch)
+    ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
                         fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
                                                "prompt": judge_prompt, "f1_rule": f1_rule,
                                                "judge_runs": judge_runs, "scorer": scorer,

@@ -176,12 +176,13 @@ class RssSampler:
     descendants (GCS, raylet, workers), and the CPU seconds each process used.
     """
 
-    def __init__(self, exclude: set[int], interval_s: float = 1.0):
+    def __init__(self, exclude: set[int], interval_s: float = 0.5):
         self.exclude, self.interval_s = exclude, interval_s
         self.hwm: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.cpu: dict[int, float] = {}
         self.total_peak = 0
+        self.first_seen: dict[str, float] = {}  # process name -> when first seen (time.monotonic)
         self._ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -236,6 +237,7 @@ class RssSampler:
             name = _short(cmd)
             if name and name != "ray::IDLE" or pid not in self.names:
                 self.names[pid] = name
+            self.first_seen.setdefault(name, time.monotonic())
             self.cpu[pid] = cpu.get(pid, 0.0)
         self.total_peak = max(self.total_peak, total)
 
@@ -413,7 +415,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
     worker_hwm, worker_name = rss.largest_worker()
     out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
-               worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process())
+               worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process(),
+               first_seen={k: v - out["mono_start"] for k, v in sorted(rss.first_seen.items(), key=lambda kv: kv[1])})
     return out
 
 
@@ -653,6 +656,8 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
           f"{_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
     _print_cpu(args, runs)
     if args.verbose:
+        print("  processes first seen (s after run_pipeline started): " + ", ".join(
+            f"{k} {v:+.1f}" for k, v in r0["pipeline"]["first_seen"].items() if k.startswith("ray::")))
         for kind, line in r0["pipeline"]["timelines"].items():
             print(f"  {kind} per second (run 1, since the first Add): {line}")
     print(f"  participant max in flight {max(get('pipeline.participant_max_in_flight'))} (declared {args.concurrency}), "
