@@ -33,6 +33,7 @@ class FakeOpenAI:
     def __init__(self, script: Callable[[str, int], Reply] | None = None) -> None:
         self.script = script or (lambda prompt, n: Reply())
         self.calls: list[str] = []
+        self.contents: list = []  # the last message's content as received (a string or multimodal parts)
         self.models: list[str] = []
         self.temperatures: list[float] = []
         self.auth: list[str | None] = []
@@ -42,7 +43,11 @@ class FakeOpenAI:
         @self.app.post("/v1/chat/completions")
         async def completions(request: Request):
             body = await request.json()
-            prompt = body["messages"][-1]["content"]
+            content = body["messages"][-1]["content"]
+            self.contents.append(content)
+            # multimodal content: the script sees the text parts joined (images as "<image>")
+            prompt = content if isinstance(content, str) else "".join(
+                p.get("text", "") if p.get("type") == "text" else "<image>" for p in content)
             self.calls.append(prompt)
             self.models.append(body["model"])
             self.temperatures.append(body.get("temperature"))

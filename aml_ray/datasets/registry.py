@@ -46,11 +46,14 @@ def _bundle_datasets() -> dict[str, DatasetSpec]:
     ``$AML_DATASETS_DIR/<bundle path>``, sha256 checked against the suite's pin; no download: use
     ``aml-ray datasets fetch``). The cache directory argument is not used.
     """
-    from aml_ray.datasets import clbench, locomo_refined, longmemeval, personamem
+    from aml_ray.datasets import atmbench, clbench, locomo_refined, longmemeval, memgallery, personamem
     from aml_ray.suite import resolve_bundle_path
 
-    def resolver(bundle: str) -> Callable[[Path | None, Path, bool], Path]:
-        return lambda data, cache, allow: resolve_bundle_path(bundle, data, allow)
+    def resolver(bundle: str, suite: str = "textual") -> Callable[[Path | None, Path, bool], Path]:
+        return lambda data, cache, allow: resolve_bundle_path(bundle, data, allow, suite=suite)
+
+    def multimodal(bundle: str) -> Callable[[Path | None, Path, bool], Path]:
+        return resolver(bundle, "multimodal")
 
     lme = dict(load=longmemeval.load_longmemeval, answer_prompt="longmemeval_answer",
                judge_prompt="longmemeval_judge", scorer="category_judge")
@@ -67,6 +70,16 @@ def _bundle_datasets() -> dict[str, DatasetSpec]:
         "clbench": DatasetSpec(name="clbench", resolve=resolver("clbench"), load=clbench.load_clbench,
                                answer_prompt="clbench_answer", judge_prompt="clbench_judge",
                                scorer="rubric_all_or_nothing"),
+        # Multimodal track (suites/multimodal.json): content parts, images by hash in the run's media folder
+        "memgallery": DatasetSpec(name="memgallery", resolve=multimodal("memgallery"),
+                                  load=memgallery.load_memgallery, answer_prompt="memgallery_answer",
+                                  judge_prompt="memgallery_f1", track="multimodal", scorer="memgallery_f1"),
+        "atmbench": DatasetSpec(name="atmbench", resolve=multimodal("atmbench"), load=atmbench.load_atmbench,
+                                answer_prompt="atmbench_answer", judge_prompt="atmbench_judge",
+                                track="multimodal", scorer="atmbench_qs"),
+        "atmbench_hard": DatasetSpec(name="atmbench_hard", resolve=multimodal("atmbench_hard"),
+                                     load=atmbench.load_atmbench_hard, answer_prompt="atmbench_answer",
+                                     judge_prompt="atmbench_judge", track="multimodal", scorer="atmbench_qs"),
     }
 
 

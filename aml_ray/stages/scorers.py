@@ -62,4 +62,6 @@ BUILTIN_SCORER_MODULES: list[str] = [
     "aml_ray.stages.rubric_all_or_nothing",
     "aml_ray.stages.rubric",
     "aml_ray.stages.options",
+    "aml_ray.stages.memgallery_scorer",
+    "aml_ray.stages.atmbench_scorer",
 ]
