@@ -183,6 +183,7 @@ class RssSampler:
         self.cpu: dict[int, float] = {}
         self.total_peak = 0
         self.first_seen: dict[str, float] = {}  # process name -> when first seen (time.monotonic)
+        self.driver_rss: list[tuple[float, int]] = []  # (time.monotonic, driver VmRSS)
         self._ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -222,6 +223,7 @@ class RssSampler:
                 p, seen = parent.get(p, 0), seen + 1
             if p == me and pid != me and pid not in self.exclude:
                 mine.append(pid)
+        self.driver_rss.append((time.monotonic(), _proc_status(me).get("VmRSS", 0)))
         total, self._ticks = 0, self._ticks + 1
         pss = self._ticks % 2 == 1  # reading smaps_rollup costs the driver CPU: every other tick
         for pid in mine:
@@ -389,6 +391,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
                            max_in_flight=concurrency)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="aml-bench-") as tmp, RssSampler(exclude_pids) as rss:
+        out["loadavg_start"] = os.getloadavg()[0]
+        out["driver_rss_before_ray"] = _proc_status(os.getpid()).get("VmRSS", 0)
         t0 = time.perf_counter()
         ray_nodes = _LocalCluster(nodes).__enter__()
         t1 = time.perf_counter()
@@ -400,6 +404,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
                                      top_k=top_k, options=options)
             t2 = time.perf_counter()
             out["mono_end"] = time.monotonic()
+            out["driver_rss_after"] = _proc_status(os.getpid()).get("VmRSS", 0)
+            out["loadavg_end"] = os.getloadavg()[0]
             out["driver_cpu_s"] = time.process_time() - c0
             m1 = machine_cpu()
             out["machine_busy"] = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
@@ -416,7 +422,9 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
     out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
                worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process(),
-               first_seen={k: v - out["mono_start"] for k, v in sorted(rss.first_seen.items(), key=lambda kv: kv[1])})
+               first_seen={k: v - out["mono_start"] for k, v in sorted(rss.first_seen.items(), key=lambda kv: kv[1])},
+               driver_rss_during=max((v for t, v in rss.driver_rss if out["mono_start"] <= t <= out["mono_end"]),
+                                     default=0))
     return out
 
 
@@ -537,8 +545,13 @@ def e2e_run(args) -> dict[str, Any]:
                        "--memories", str(args.memories)) as part, \
          ServerProcess("model", "--latency-ms", str(args.model_latency_ms),
                        "--capacity", str(2 * args.model_concurrency)) as model:
-        endpoints = [ModelEndpoint(role=role, base_url=f"{model.base_url}/v1", model="loopback-model",
-                                   max_in_flight=args.model_concurrency) for role in ("answer", "judge")]
+        if args.offline_models:
+            from aml_ray.config import model_endpoint_from_env
+
+            endpoints = [model_endpoint_from_env(role, {}) for role in ("answer", "judge")]
+        else:
+            endpoints = [ModelEndpoint(role=role, base_url=f"{model.base_url}/v1", model="loopback-model",
+                                       max_in_flight=args.model_concurrency) for role in ("answer", "judge")]
         pipe = run_ray_pipeline(inputs, part.base_url, args.concurrency, *endpoints, top_k=args.top_k,
                                 options=pipeline_options(args, PipelineOptions),
                                 exclude_pids={part.proc.pid, model.proc.pid}, nodes=args.nodes)
@@ -549,7 +562,7 @@ def e2e_run(args) -> dict[str, Any]:
             span = st["last"].get(kind, 0) - st["first"].get(kind, 0)
             rates[kind] = {"n": n, "rate": (n - 1) / span if n > 1 and span > 0 else None}
         first_add = min(ps["first"].values())
-        last_judge = ms["last"].get("judge", first_add)
+        last_judge = ms["last"].get("judge", ps["last"].get("search", first_add))  # offline: the last Search
         pipe.update(phases={"pools_until_first_add_s": first_add - pipe["mono_start"],
                             "first_add_to_last_judge_s": last_judge - first_add,
                             "last_judge_to_return_s": pipe["mono_end"] - last_judge})
@@ -559,7 +572,7 @@ def e2e_run(args) -> dict[str, Any]:
                                for k, st in (("add", ps), ("search", ps), ("answer", ms), ("judge", ms))})
         assert pipe["scored"] == inputs.n_scorable, (pipe["scored"], inputs.n_scorable)
         peer = None
-        if not args.skip_peer:
+        if not (args.skip_peer or args.offline_models):
             part.reset()
             model.reset()
             n_peer = min(args.peer_samples or (shape.samples if args.scale == 1 else 10), shape.samples)
@@ -568,7 +581,8 @@ def e2e_run(args) -> dict[str, Any]:
             rounds_all, rounds_sub = math.ceil(shape.samples / 10), math.ceil(n_peer / 10)
             peer["extrapolated_wall_s"] = peer["wall_s"] * rounds_all / rounds_sub
     bound = lower_bound(inputs, lat_p, args.add_latency_ms / 1000 if args.add_latency_ms else lat_p,
-                        args.concurrency, lat_m, args.model_concurrency)
+                        args.concurrency, 0.0 if args.offline_models else lat_m,
+                        args.model_concurrency)
     return {"shape": asdict(shape), "chunks": inputs.n_chunks, "questions": inputs.n_scorable,
             "build_inputs_s": build_s, "pipeline": pipe, "bound": bound, "peer": peer}
 
@@ -619,9 +633,11 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
           f"{args.queries:,} Adds+Searches+Answers+Judges, evidence) {_med(get('pipeline.pipeline_s')):.1f} s = "
           f"end to end {_med(get('pipeline.end_to_end_s')):.1f} s; plain aiohttp loop "
           f"{_med(get('plain_aiohttp.wall_s')):.1f} s")
+    _print_load(runs)
     print(f"  peak RSS: driver {_mib(_med(get('pipeline.driver_peak_rss')))}, largest Ray worker "
           f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({runs[0]['pipeline']['worker_peak_name']}), "
           f"all Ray processes together {_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
+    _print_driver_memory(args, runs)
     _print_cpu(args, runs)
     _print_timeline(args, runs)
     print(f"  participant saw at most {max(get('pipeline.server_max_in_flight'))} in flight "
@@ -634,8 +650,10 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
     sh = r0["shape"]
     print(f"\nSynthetic LoCoMo x{args.scale}: {sh['samples']} samples x {sh['sessions']} sessions x {sh['turns']} turns "
           f"= {r0['chunks']:,} Add chunks, {r0['questions']:,} questions; participant {args.latency_ms:g} ms / "
-          f"{args.concurrency} in flight; models {args.model_latency_ms:g} ms / {args.model_concurrency} in flight each "
-          f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'})" + _nodes_note(args, runs))
+          f"{args.concurrency} in flight; "
+          + ("offline answerer and judge " if args.offline_models else
+             f"models {args.model_latency_ms:g} ms / {args.model_concurrency} in flight each ")
+          + f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'})" + _nodes_note(args, runs))
     b = r0["bound"]
     terms = ", ".join(f"{k} {v:.1f} s" for k, v in b.items() if k != "bound")
     print(f"  lower bound from the declared limits     {b['bound']:8.1f} s   ({terms})")
@@ -651,10 +669,12 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
     for kind in ("add", "search", "answer", "judge"):
         print(f"  {kind:<7} {_med(get(f'pipeline.rates.{kind}.n')):>9,.0f} requests  "
               f"{_rate(_med(get(f'pipeline.rates.{kind}.rate'))):>14} (steady state at the server)")
+    _print_load(runs)
     print(f"  peak RSS: driver {_mib(_med(get('pipeline.driver_peak_rss')))}, largest Ray worker "
           f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({r0['pipeline']['worker_peak_name']}), all Ray processes "
           f"{_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
     _print_cpu(args, runs)
+    _print_driver_memory(args, runs)
     if args.verbose:
         print("  processes first seen (s after run_pipeline started): " + ", ".join(
             f"{k} {v:+.1f}" for k, v in r0["pipeline"]["first_seen"].items() if k.startswith("ray::")))
@@ -672,6 +692,21 @@ def report_e2e(args, runs: list[dict[str, Any]]) -> None:
         print(f"  peer-style baseline (10 threads x conversations, sequential inside): {pw:.1f} s{extra} "
               f"-> {px:.1f} s; pipeline end to end is {px / e2e_s:.1f} x faster "
               f"(run_pipeline alone {px / pipe_s:.1f} x)")
+
+
+def _print_driver_memory(args, runs: list[dict[str, Any]]) -> None:
+    if not args.verbose:
+        return
+    p = runs[0]["pipeline"]
+    print(f"  driver RSS, run 1: {_mib(p['driver_rss_before_ray'])} with the inputs built, before Ray; "
+          f"{_mib(p['driver_rss_during'])} at most while the pipeline ran; {_mib(p['driver_rss_after'])} after "
+          "run_pipeline returned (all question evidence read back)")
+
+
+def _print_load(runs: list[dict[str, Any]]) -> None:
+    loads = ", ".join(f"{r['pipeline']['loadavg_start']:.1f}->{r['pipeline']['loadavg_end']:.1f}" for r in runs)
+    print(f"  machine load average (1 min) at Ray start -> end, per run: {loads} "
+          f"({os.cpu_count()} CPUs; other users' processes count too)")
 
 
 def _nodes_note(args, runs: list[dict[str, Any]]) -> str:
@@ -721,6 +756,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", type=int, default=1, choices=[1, 10, 100], help="--mode e2e corpus scale")
     p.add_argument("--model-latency-ms", type=float, default=200.0)
     p.add_argument("--model-concurrency", type=int, default=32, help="max in flight per model endpoint")
+    p.add_argument("--offline-models", action="store_true",
+                   help="--mode e2e with the offline answerer and judge (no model server; memory scaling)")
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--peer-samples", type=int, default=None,
                    help="run the peer baseline on the first N samples only and extrapolate linearly by rounds "
