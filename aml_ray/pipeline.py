@@ -29,6 +29,7 @@ from aml_ray.evidence import QUESTION_SCHEMA, QuestionWriter, RunDir, empty_ques
 from aml_ray.ids import IdScheme
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
+from aml_ray.ray_runtime import on_this_node
 from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
 
 
@@ -253,7 +254,8 @@ def run_pipeline(
     from ray.data import ActorPoolStrategy
 
     opts = options or PipelineOptions()
-    tracker = ray.remote(ProgressTracker).options(num_cpus=0).remote()
+    # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
+    tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
     client = spawn_participant_client(participant)
     answer_client = None if answer.offline else spawn_model_client(answer)
     judge_client = None if judge.offline else spawn_model_client(judge)

@@ -47,3 +47,22 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
     ctx.enable_progress_bars = False  # the CLI shows its own per-stage progress
     ctx.print_on_execution_start = False
     return True
+
+
+def on_this_node():
+    """A scheduling strategy that keeps an actor on the calling process's node (hard node affinity).
+
+    The job's shared actors (``ParticipantClient``, ``ModelClient``, ``ProgressTracker``) hold what a
+    restart cannot rebuild (calls in flight, progress counts, the first failure), and a stage whose call
+    to one of them fails stops the job; on the driver's node they live exactly as long as the driver.
+    Ray Data's stage actors may go anywhere: they are restarted elsewhere when their node is lost
+    (``max_restarts=-1``). Hard, because soft affinity was measured to spill 0-CPU actors to another
+    node (3 of 6 on a 1-CPU head); they need no resources, so the driver's node always fits them.
+
+    Returns:
+        ``NodeAffinitySchedulingStrategy(<this node>, soft=False)``.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)

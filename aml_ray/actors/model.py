@@ -170,7 +170,11 @@ def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
     """Start the ``ModelClient`` Ray actor for one endpoint (shared by name when given)."""
     import ray
 
-    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000}
+    from aml_ray.ray_runtime import on_this_node
+
+    # on the driver's node, like the ParticipantClient: losing a worker node must not fail a stage's call
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000,
+                               "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, get_if_exists=True)
     return ray.remote(ModelClient).options(**options).remote(endpoint)

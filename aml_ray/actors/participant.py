@@ -356,7 +356,12 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
     """
     import ray
 
-    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000}
+    from aml_ray.ray_runtime import on_this_node
+
+    # on the caller's (the driver's) node: a Search or Add call in flight when a worker node is lost
+    # would otherwise fail its stage (tests/test_node_loss.py)
+    options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000,
+                               "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, get_if_exists=True)
     return ray.remote(ParticipantClient).options(**options).remote(spec)

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
-from aml_ray.stages._common import participant_failure, report
+from aml_ray.stages._common import participant_failure, report_total
 from aml_ray.stages.search import search_rows
 
 
@@ -87,7 +87,6 @@ class IngestStage:
         except Exception as exc:
             await participant_failure(exc, self.tracker)
             raise
-        report(self.tracker, "add", len(adds))
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         out: list[dict[str, Any]] = []
@@ -101,9 +100,13 @@ class IngestStage:
             for q in questions:
                 if q["step"] is not None:
                     by_step.setdefault(q["step"], []).append(q)
+            n_done = len(done)
             for positions, step in segments(meta, set(by_step)):
                 todo = [p for p in positions if meta[p]["chunk_index"] not in done]
                 await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
+                n_done += len(todo)
+                # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
+                report_total(self.tracker, "add", sid, n_done)
                 if step is not None:
                     await search_rows(self.participant, by_step[step], self.top_k, self.tracker,
                                       media_root=str(self.run_dir.media))
