@@ -5,14 +5,18 @@ A head node (the driver's, 1 CPU) and a worker node (2 CPUs and a ``worker_node`
 Judge) is placed on the worker node (``DataContext.scheduling_strategy`` = soft node affinity), so the
 loss of that node takes all of them at once. The participant is the reference memory system run as the
 chaos participant with every request slowed (``slow=1.0``, ``slow_s``), so the Adds take seconds.
-When the Add journals (``evidence/adds/<sample>.jsonl``) hold ``--remove-after`` rows, the worker node
-is killed (``remove_node``, not graceful by default); the job must finish on the head alone.
+When the Add journals (``evidence/adds/<sample>.jsonl``) hold ``--remove-after`` rows (or, with
+``--remove-at-stage STAGE``, once that stage reported progress), the worker node is killed
+(``remove_node``, not graceful unless ``--graceful``); the job must finish on the head alone.
+``--health-check-ms`` shortens the GCS health check (Ray's default declares a killed node dead after
+about 15 s).
 
-Printed: the figures (seconds from the removal to the next journalled Add and to the next progress
-count, total wall time, Adds re-sent and acknowledged without storing, duplicate messages stored) and
-one ``RESULT {json}`` line for ``tests/test_node_loss.py``::
+Printed: the figures (seconds from the removal until the GCS declared the node dead, to the next
+journalled Add and to the next progress count; total wall time; Adds re-sent and acknowledged without
+storing; duplicate messages stored) and one ``RESULT {json}`` line for ``tests/test_node_loss.py``::
 
     python scripts/node_loss_job.py OUT_DIR [--samples 2] [--slow-s 0.25] [--remove-after 10]
+        [--remove-at-stage add --max-in-flight 16] [--health-check-ms 1000] [--graceful]
 """
 
 from __future__ import annotations
@@ -247,10 +251,12 @@ def main() -> None:
         return "never" if x is None else f"{x:.1f} s"
 
     print(f"cluster ready (2 nodes)           : {fmt(res['cluster_ready_s'])}")
-    print(f"worker node removed at            : {fmt(res['removed_at_s'])} into the job, "
-          f"{res['rows_at_removal']}/{res['chunks']} Adds journalled, progress {res['counts_at_removal']} "
-          f"(remove_node took "
-          f"{fmt(res['remove_node_call_s'])})")
+    if res["removed_at_s"] is None:
+        print("worker node removed at            : never (the threshold was not reached)")
+    else:
+        print(f"worker node removed at            : {fmt(res['removed_at_s'])} into the job, "
+              f"{res['rows_at_removal']}/{res['chunks']} Adds journalled, progress {res['counts_at_removal']} "
+              f"(remove_node took {fmt(res['remove_node_call_s'])})")
     print(f"node declared dead by the GCS     : {fmt(res['node_dead_s'])} after the removal")
     print(f"first Add journalled after that   : {fmt(res['recover_add_s'])} after the removal")
     print(f"first progress after removal      : {fmt(res['recover_progress_s'])} after it")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from aml_ray.progress import ProgressTracker
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "node_loss_job.py"
 LOCOMO_FILE = REPO.parent / "shared" / "datasets" / "locomo" / "locomo10.json"
@@ -65,3 +67,16 @@ def test_job_survives_worker_node_loss(tmp_path, when):
     # every Add recorded once, every message stored once (re-sent Adds are de-duplicated by request_id)
     assert res["add_rows"] == res["adds_ok"] == res["chunks"]
     assert res["duplicate_messages"] == 0 and res["memories"] == res["messages"]
+
+
+def test_tracker_counts_a_rerun_sample_once():
+    # a sample re-run by a restarted Ingest actor (or a resumed run) reports its Add total again
+    t = ProgressTracker()
+    t.set_done("add", "conv-26", 10)
+    t.set_done("add", "conv-30", 27)
+    t.set_done("add", "conv-26", 28)  # the re-run: the sample's total, not the 18 it sent itself
+    t.set_done("add", "conv-26", 28)
+    t.incr("search", 152)
+    assert t.snapshot() == {"add": 55, "search": 152}
+    t.set_done("add", "conv-26", 5)  # a late report from the lost attempt never lowers the count
+    assert t.snapshot()["add"] == 55
