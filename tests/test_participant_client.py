@@ -204,3 +204,17 @@ def test_parse_retry_after():
     assert parse_retry_after(None) is None and parse_retry_after("soon") is None
     assert parse_retry_after("-1") is None
     assert abs(parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0) - 10.0) < 1e-6
+
+
+async def test_an_acknowledged_add_is_not_sent_twice(scripted):
+    script, server = scripted
+    client = ParticipantClient(spec_for(server))
+    first = await client.add(add_req(3))
+    again = await client.add(add_req(3))  # e.g. a stage re-executed after its worker node died
+    changed = AddRequest(request_id=add_req(3).request_id, user_id="eval:r:locomo:conv-1",
+                         session_id="eval:r:locomo:conv-1:session_1",
+                         messages=[Message(role="user", content="other text")])
+    third = await client.add(changed)  # same id, other body: sent (the participant decides: 409)
+    await client.aclose()
+    assert again == first and len(script.bodies) == 2
+    assert third["request_sha256"] != first["request_sha256"]

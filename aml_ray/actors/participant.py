@@ -153,6 +153,8 @@ class ParticipantClient:
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._limiter: AsyncLimiter | None = None
+        self._stream_owner: dict[str, str] = {}  # sample -> token of the newest add_stream call
+        self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
 
     def _ensure(self) -> aiohttp.ClientSession:
         # Created lazily inside the running event loop (aiohttp sessions bind to their loop).
@@ -247,6 +249,9 @@ class ParticipantClient:
     async def add(self, request: AddRequest) -> dict[str, Any]:
         """Send one Add (retrying transient failures with the same bytes) and validate the reply.
 
+        An Add this client already had acknowledged (same request_id, same body) is not sent again: its
+        outcome is returned (idempotency on the platform side; the participant de-duplicates too).
+
         Returns:
             Outcome dict: request_id, request_sha256, status ("ok"|"error"), http_status, attempts,
             retried_statuses, latency_ms (last attempt), elapsed_ms (with backoff), error.
@@ -256,14 +261,20 @@ class ParticipantClient:
             ParticipantError: a non-retryable status.
         """
         rid = request.request_id
-        out = await self._call(self.spec.add_url, request.model_dump(exclude_none=True), ADD_RETRY_STATUSES,
-                               "add", rid)
+        payload = request.model_dump(exclude_none=True)
+        done = self._acknowledged.get(rid)
+        if done is not None and done["request_sha256"] == request_hash(body_bytes(payload)):
+            # This client already had this exact Add acknowledged (a stage re-executed after its worker
+            # died asks again): return that outcome instead of sending it a second time.
+            return dict(done)
+        out = await self._call(self.spec.add_url, payload, ADD_RETRY_STATUSES, "add", rid)
         body = out.pop("body", None)
         if out["status"] == "ok":
             task_id = validate_add_response(request, out["http_status"], body,
                                             add_status_url=self.spec.add_status_url)
             if task_id is not None:
                 await self._poll_add_status(rid, task_id)
+            self._acknowledged[rid] = dict(out)
         return out
 
     async def _poll_add_status(self, rid: str, task_id: str, *, interval_s: float = 0.5) -> None:
@@ -328,13 +339,24 @@ class ParticipantClient:
         """An AddRequest dict validated for this run's track (content parts only with media limits)."""
         return AddRequest.model_validate(body, context=media_context(self.spec.media))
 
-    async def add_stream(self, requests: list[dict[str, Any]]):
+    async def add_stream(self, requests: list[dict[str, Any]], sample: str | None = None,
+                         token: str | None = None):
         """Adds of one sample, in order, yielding each outcome as soon as it is known.
 
         Called as a Ray streaming generator (one actor call per sample segment): the caller journals
         every finished Add, so a resumed run never sends a finished Add again.
+
+        Args:
+            requests: AddRequest dicts, in order.
+            sample / token: the sample and a token unique to this call. A later call for the same sample
+                (the stage re-executed after its worker died) takes over: this stream stops before its
+                next Add, so the sample's Adds are not sent twice by two streams.
         """
+        if sample is not None and token is not None:
+            self._stream_owner[sample] = token
         for r in requests:
+            if sample is not None and self._stream_owner.get(sample) != token:
+                return
             yield await self.add(self._add_request(r))
 
     async def search_batch(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ class IngestStage:
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         if not adds:
             return
-        stream = self.participant.add_stream.remote(adds)
+        stream = self.participant.add_stream.remote(adds, sample_id, uuid.uuid4().hex)
         i = 0
         try:
             async for ref in stream:
