@@ -79,7 +79,9 @@ def _previous_run(run_dir: Path) -> dict:
 
 @contextlib.contextmanager
 def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
-                 max_in_flight: int, rps: float | None):
+                 max_in_flight: int, rps: float | None, multimodal: bool = False):
+    """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
+    parts when ``multimodal``: the run's track is the Multimodal one)."""
     from aml_ray.actors.participant import ParticipantSpec
 
     secret = None
@@ -95,7 +97,7 @@ def _participant(participant: str, add_url, search_url, auth: str, secret_env: s
             _fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
         from aml_ray.reference.server import ReferenceServer
 
-        with ReferenceServer(workdir / "reference") as server:
+        with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
             yield "reference:bm25", ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
                                                     health_url=server.health_url,
                                                     max_in_flight=max_in_flight, requests_per_s=rps)
@@ -139,8 +141,9 @@ def run(
     judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
     suite: Annotated[Optional[str], typer.Option(help="Run every bundle of this suite (e.g. 'textual') present "
                                                  "under the datasets directory, instead of --dataset.")] = None,
-    datasets_dir: Annotated[Optional[Path], typer.Option(help="Datasets directory for --suite (default "
-                                                         "$AML_DATASETS_DIR, else ~/.aml-ray/datasets).")] = None,
+    datasets_dir: Annotated[Optional[Path], typer.Option("--datasets-dir", "--data-dir", help="Datasets directory "
+                                                         "for --suite (default $AML_DATASETS_DIR, else "
+                                                         "~/.aml-ray/datasets).")] = None,
     resume: Annotated[Optional[Path], typer.Option(help="Continue the stopped run in this directory.")] = None,
     stream_checkpoints: Annotated[Optional[str], typer.Option(
         help="Streaming mode: fractions of each sample's sessions after which every question is searched, "
@@ -189,11 +192,12 @@ def run(
         from aml_ray.suite_cli import run_suite
 
         try:
-            load_suite(suite)
+            multimodal = load_suite(suite).track == "multimodal"
         except (FileNotFoundError, ValueError) as exc:
             _fail(str(exc))
 
-        with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps) as (label, spec):
+        with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
+                          multimodal=multimodal) as (label, spec):
             try:
                 result = run_suite(suite, participant=spec, participant_label=label, answer=answer, judge=judge,
                                    out=out, run_id=run_id, run_label=run_label, datasets_dir=datasets_dir,
@@ -205,7 +209,12 @@ def run(
         if any(o.status == "failed" for o in result.outcomes):
             raise typer.Exit(1)
         return
-    with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps) as (label, spec):
+    try:
+        multimodal = get_dataset(dataset).track == "multimodal"
+    except (KeyError, ValueError):
+        multimodal = False  # an unknown dataset is refused by evaluate() with its own message
+    with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
+                      multimodal=multimodal) as (label, spec):
         cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
                                data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
                                limit_samples=limit_samples, run_id=run_id, run_label=run_label,
