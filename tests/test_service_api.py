@@ -246,3 +246,39 @@ def test_smoke_runs_the_conformance_battery_first_and_stops_on_failure(tmp_path)
     assert outcomes["top_k"] == "fail" and outcomes["add_shape"] == "pass" and outcomes["isolation"] == "pass"
     assert report["summary"]["exit_code"] == 1
     assert MSK not in str(status)
+
+
+def test_public_leaderboard_shows_the_multimodal_track_with_its_datasets(client, stub_base):
+    from aml_ray.store.jobs import create_job
+    from aml_ray.store.keys import find_key
+    from aml_ray.store.models import PublicSubmission, Version
+
+    empty = client.get("/api/leaderboard/multimodal")
+    assert empty.status_code == 200
+    assert empty.json() == {"track": "multimodal", "datasets": ["atmbench", "atmbench_hard", "memgallery"], "rows": []}
+    page = client.get("/leaderboard/multimodal")
+    assert page.status_code == 200 and "Agent Memory Leaderboard: Multimodal" in page.text
+    assert "No published results on this board yet." in page.text and "Mem-Gallery (memgallery_f1)" in page.text
+    # a published multimodal row on a job of its version (the service does not run multimodal jobs yet, so the
+    # row is written as approve_review would write it)
+    key, version_id = onboard(client, stub_base, track="multimodal")
+    service = client.app.state.service
+    per = {"memgallery": {"accuracy": 0.5, "coverage": 1.0}, "atmbench": {"accuracy": 0.25, "coverage": 1.0},
+           "atmbench_hard": {"accuracy": 0.75, "coverage": 0.9}}
+    with service.sessions.begin() as s:
+        version = s.get(Version, version_id)
+        job = create_job(s, key_id=find_key(s, key).id, version=version, mode="smoke", run_label="mm-1",
+                         edition=service.settings.edition)
+        mark_completed(s, job)
+        s.add(PublicSubmission(job_id=job.id, version_id=version.id, track="multimodal", system_name="MemSys",
+                               organization="Lab", version_label="v1", division="commercial", overall=0.5,
+                               coverage=0.97, per_dataset=per))
+    board = client.get("/api/leaderboard/multimodal").json()
+    assert board["datasets"] == ["atmbench", "atmbench_hard", "memgallery"]
+    [row] = board["rows"]
+    assert row["system"] == "MemSys" and row["overall"] == 0.5 and row["datasets"]["atmbench_hard"]["accuracy"] == 0.75
+    only = client.get("/api/leaderboard/multimodal?dataset=atmbench").json()
+    assert only["datasets"] == ["atmbench"] and only["rows"][0]["datasets"] == {"atmbench": per["atmbench"]}
+    assert client.get("/api/leaderboard/textual").json()["rows"] == []  # boards are per track
+    html = client.get("/leaderboard/multimodal").text
+    assert 'data-system="MemSys"' in html and 'title="ATM-Bench-Hard (atmbench_qs)"' in html and "75.0" in html

@@ -28,6 +28,35 @@ from aml_ray.store.engine import database_url
 TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ()}
 
 
+def board_datasets(track: str) -> tuple[str, ...]:
+    """The dataset columns of a track's public board: the datasets its jobs run, else those of the track's
+    shipped suite (the Multimodal board shows Mem-Gallery and ATM-Bench before the service runs its jobs).
+
+    Examples:
+        >>> board_datasets("textual"), board_datasets("multimodal")
+        (('locomo',), ('memgallery', 'atmbench', 'atmbench_hard'))
+    """
+    if TRACK_DATASETS.get(track):
+        return TRACK_DATASETS[track]
+    return tuple(b.dataset for b in _track_suite(track).bundles) if _track_suite(track) else ()
+
+
+def dataset_titles(track: str) -> dict[str, str]:
+    """``dataset -> "Title (scorer)"`` for the board's column headers, from the track's shipped suite."""
+    suite = _track_suite(track)
+    return {b.dataset: f"{b.title} ({b.scorer})" for b in suite.bundles} if suite else {}
+
+
+def _track_suite(track: str):
+    from aml_ray.suite import load_suite
+
+    try:
+        suite = load_suite(track)
+    except (FileNotFoundError, ValueError):
+        return None
+    return suite if suite.track == track else None
+
+
 def default_runs_dir() -> Path:
     """Where the service writes job run directories (evidence, run.json): ``<data dir>/service-runs``."""
     return data_dir() / "service-runs"

@@ -16,7 +16,7 @@ from fastapi.templating import Jinja2Templates
 
 from aml_ray.serve_app.deps import SessionDep
 from aml_ray.serve_app.schemas import Division, LeaderboardOut, LeaderboardRow, Track
-from aml_ray.serve_app.settings import TRACK_DATASETS
+from aml_ray.serve_app.settings import board_datasets, dataset_titles
 from aml_ray.store.results import TRACKS, leaderboard
 
 router = APIRouter(tags=["leaderboard"])
@@ -28,7 +28,7 @@ def board(session, track: str, division: str | None, dataset: str | None, sort: 
           order: str) -> LeaderboardOut:
     """The rows of a track after filters and sorting, ranked 1..n."""
     rows = leaderboard(session, track, division=division, sort=sort or "overall", descending=order == "desc")
-    datasets = sorted({d for r in rows for d in r.per_dataset} | set(TRACK_DATASETS.get(track, ())))
+    datasets = sorted({d for r in rows for d in r.per_dataset} | set(board_datasets(track)))
     if dataset:
         rows = [r for r in rows if dataset in r.per_dataset]
         datasets = [dataset]
@@ -63,10 +63,11 @@ def leaderboard_page(request: Request, track: Track, session: SessionDep,
     """
     division, dataset = division or None, dataset or None
     data = board(session, track, division, dataset, sort, order)
-    all_datasets = sorted(set(TRACK_DATASETS.get(track, ())) | set(data.datasets))
+    all_datasets = sorted(set(board_datasets(track)) | set(data.datasets))
     return templates.TemplateResponse(request, "leaderboard.html", {
         "board": data, "tracks": TRACKS, "track": track, "division": division, "dataset": dataset,
-        "sort": sort or "overall", "order": order, "all_datasets": all_datasets})
+        "sort": sort or "overall", "order": order, "all_datasets": all_datasets,
+        "titles": {d: t for d, t in dataset_titles(track).items() if d in all_datasets}})
 
 
 @router.get("/", include_in_schema=False)
