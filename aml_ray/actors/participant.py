@@ -246,11 +246,12 @@ class ParticipantClient:
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
 
-    async def add(self, request: AddRequest) -> dict[str, Any]:
+    async def add(self, request: AddRequest, *, resend: bool = False) -> dict[str, Any]:
         """Send one Add (retrying transient failures with the same bytes) and validate the reply.
 
         An Add this client already had acknowledged (same request_id, same body) is not sent again: its
         outcome is returned (idempotency on the platform side; the participant de-duplicates too).
+        ``resend=True`` sends it anyway (the conformance check tests the participant's own de-duplication).
 
         Returns:
             Outcome dict: request_id, request_sha256, status ("ok"|"error"), http_status, attempts,
@@ -263,7 +264,7 @@ class ParticipantClient:
         rid = request.request_id
         payload = request.model_dump(exclude_none=True)
         done = self._acknowledged.get(rid)
-        if done is not None and done["request_sha256"] == request_hash(body_bytes(payload)):
+        if not resend and done is not None and done["request_sha256"] == request_hash(body_bytes(payload)):
             # This client already had this exact Add acknowledged (a stage re-executed after its worker
             # died asks again): return that outcome instead of sending it a second time.
             return dict(done)
