@@ -275,21 +275,21 @@ def run_pipeline(
     ds = ds.map_batches(IngestStage, batch_size=1, compute=pool(opts.ingest_parallelism),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
                                                "top_k": top_k, "tracker": tracker}, **common)
-    ds = ds.map_batches(SearchStage, batch_size=opts.search_batch_size, compute=pool(opts.batches_in_flight),
+    # A Ray Data task hands its rows on only when it ends. Before an online model stage the blocks must
+    # be small (a few of that stage's batches) or the Judge waits for most Answers, so Search takes
+    # batches of the Answer batch size: its blocks are then one sample's questions (or a few small
+    # samples'). Not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose stage
+    # actors hold 0.1 never has (measured: a 2-node run of 1 CPU each stalled before the first Answer).
+    answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
+    search_batch = opts.search_batch_size if answer.offline else min(opts.search_batch_size, answer_batch)
+    ds = ds.map_batches(SearchStage, batch_size=search_batch, compute=pool(opts.batches_in_flight),
                         fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker,
                                                "media_root": media_root}, **common)
-    # A task hands its rows on only when it ends, and a Search task covers whole samples; before an
-    # online model stage, cut the stream into blocks of that stage's batch so Answer and Judge overlap.
-    answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
-    if not answer.offline and answer_batch < opts.search_batch_size:
-        ds = ds.repartition(target_num_rows_per_block=answer_batch)
     ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
                         fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
                                                "prompt": answer_prompt,
                                                "budget_tokens": context_budget_tokens, "tracker": tracker,
                                                "media_root": media_root, "image_tokens": image_tokens}, **common)
-    if not judge.offline and judge_batch < answer_batch:
-        ds = ds.repartition(target_num_rows_per_block=judge_batch)
     ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
                         fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
                                                "prompt": judge_prompt, "f1_rule": f1_rule,

@@ -20,12 +20,27 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
     baseline (a pool of 10 threads over conversations, questions sequential inside each) against the
     same servers, in the same run.
 
+    The lower bound: Adds are sequential within a sample (the longest sample's Adds, then one Search,
+    Answer and Judge); the participant serves at most ``--concurrency`` at once ((Adds + Searches) x
+    latency / concurrency, then one Answer and Judge); each model endpoint serves at most
+    ``--model-concurrency`` at once (questions x model latency / concurrency, plus the other stages'
+    head and tail latencies). The bound is the largest of these; Ray start and actor-pool start are not
+    in it, and the wall time is printed with and without them. The peer baseline is run on all samples
+    at ``--scale 1`` and on one round of its thread pool (10 samples) above, extrapolated by rounds
+    (every sample has the same shape, so every round costs the same); ``--peer-samples N`` changes that.
+
 ``--repeat R`` runs R independent measurements, each in a fresh process (Ray started anew each time),
-and prints the median. Examples::
+and prints the median. ``--nodes 2`` runs the pipeline on a two-node local cluster
+(``ray.cluster_utils.Cluster``, CPUs split between the nodes). ``--verbose`` adds CPU seconds per
+process, per-second arrival timelines, process start times and the driver's memory over the run; every
+run also records the machine's load average (other users' processes take CPU from the pipeline, which
+needs more of it than a plain loop does). Examples::
 
     .venv/bin/python scripts/bench_pipeline.py                       # 10,000 Searches, 20 ms, 64
     .venv/bin/python scripts/bench_pipeline.py --repeat 3
     .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 10 --repeat 3
+    .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 1 --nodes 2 --skip-peer
+    .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 100 --offline-models  # memory scaling
 """
 
 from __future__ import annotations
