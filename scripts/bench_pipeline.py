@@ -145,7 +145,7 @@ def _proc_status(pid: int) -> dict[str, int]:
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith(("VmHWM:", "VmRSS:")):
+                if line.startswith(("VmHWM:", "VmRSS:", "RssAnon:", "RssShmem:")):
                     key, value = line.split(":", 1)
                     out[key] = int(value.split()[0]) * 1024
     except OSError:
@@ -199,6 +199,8 @@ class RssSampler:
         self.total_peak = 0
         self.first_seen: dict[str, float] = {}  # process name -> when first seen (time.monotonic)
         self.driver_rss: list[tuple[float, int]] = []  # (time.monotonic, driver VmRSS)
+        self.driver_anon_peak = 0  # private memory (RssAnon)
+        self.driver_shmem_peak = 0  # object-store pages the driver maps (RssShmem)
         self._ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -238,7 +240,10 @@ class RssSampler:
                 p, seen = parent.get(p, 0), seen + 1
             if p == me and pid != me and pid not in self.exclude:
                 mine.append(pid)
-        self.driver_rss.append((time.monotonic(), _proc_status(me).get("VmRSS", 0)))
+        st = _proc_status(me)
+        self.driver_rss.append((time.monotonic(), st.get("VmRSS", 0)))
+        self.driver_anon_peak = max(self.driver_anon_peak, st.get("RssAnon", 0))
+        self.driver_shmem_peak = max(self.driver_shmem_peak, st.get("RssShmem", 0))
         total, self._ticks = 0, self._ticks + 1
         pss = self._ticks % 2 == 1  # reading smaps_rollup costs the driver CPU: every other tick
         for pid in mine:
@@ -438,6 +443,7 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
                worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process(),
                first_seen={k: v - out["mono_start"] for k, v in sorted(rss.first_seen.items(), key=lambda kv: kv[1])},
+               driver_anon_peak=rss.driver_anon_peak, driver_shmem_peak=rss.driver_shmem_peak,
                driver_rss_during=max((v for t, v in rss.driver_rss if out["mono_start"] <= t <= out["mono_end"]),
                                      default=0))
     return out
@@ -715,7 +721,9 @@ def _print_driver_memory(args, runs: list[dict[str, Any]]) -> None:
     p = runs[0]["pipeline"]
     print(f"  driver RSS, run 1: {_mib(p['driver_rss_before_ray'])} with the inputs built, before Ray; "
           f"{_mib(p['driver_rss_during'])} at most while the pipeline ran; {_mib(p['driver_rss_after'])} after "
-          "run_pipeline returned (all question evidence read back)")
+          "run_pipeline returned (all question evidence read back); of the driver's RSS at most "
+          f"{_mib(p['driver_anon_peak'])} was private (RssAnon) and {_mib(p['driver_shmem_peak'])} object-store "
+          "pages it mapped (RssShmem, shared with the store)")
 
 
 def _print_load(runs: list[dict[str, Any]]) -> None:
