@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+
+from aml_ray.store import make_engine, upgrade
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 LOCOMO_FILE = SHARED_DATASETS / "locomo" / "locomo10.json"
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"  # the machine's PostgreSQL (trust auth)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request, tmp_path) -> Iterator[sa.Engine]:
+    """A migrated store engine: a SQLite file, and a fresh PostgreSQL schema dropped afterwards."""
+    if request.param == "sqlite":
+        eng = make_engine(f"sqlite:///{tmp_path / 'aml.sqlite3'}")
+        upgrade(eng)
+        yield eng
+        eng.dispose()
+        return
+    schema = f"aml_test_{secrets.token_hex(6)}"
+    eng = make_engine(PG_URL, schema=schema)
+    upgrade(eng)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+        cleanup = sa.create_engine(PG_URL)
+        with cleanup.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        cleanup.dispose()
 
 
 @pytest.fixture(scope="session")

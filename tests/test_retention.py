@@ -7,14 +7,11 @@ references, keep everything else (running jobs, recent jobs, scores, public rows
 
 from __future__ import annotations
 
-import secrets
 import shutil
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy import select
 from typer.testing import CliRunner
 
@@ -24,28 +21,7 @@ from aml_ray.store.models import AdminAction, Job, PublicSubmission, Result, utc
 from aml_ray.store.retention import PURGE_ACTION, purge_evidence
 from aml_ray.store.synthetic import SyntheticEntry, approved_key, publish
 
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request, tmp_path) -> Iterator[sa.Engine]:
-    if request.param == "sqlite":
-        eng = make_engine(f"sqlite:///{tmp_path / 'aml.sqlite3'}")
-        upgrade(eng)
-        yield eng
-        eng.dispose()
-        return
-    schema = f"aml_test_{secrets.token_hex(6)}"
-    eng = make_engine(PG_URL, schema=schema)
-    upgrade(eng)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-        cleanup = sa.create_engine(PG_URL)
-        with cleanup.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        cleanup.dispose()
 
 
 def _run_dir(root: Path, name: str, n_files: int = 3) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -12,7 +11,7 @@ from cryptography.fernet import Fernet
 from sqlalchemy.orm import Session
 
 from aml_ray.security import SecretBox, hash_key
-from aml_ray.store import make_engine, session_factory, upgrade
+from aml_ray.store import session_factory, upgrade
 from aml_ray.store.access import approve_access_request, create_access_request, reject_access_request
 from aml_ray.store.errors import Conflict, NotFound, QuotaExceeded
 from aml_ray.store.jobs import create_job, get_job_for_key, mark_completed, record_progress
@@ -21,30 +20,9 @@ from aml_ray.store.models import Credential, LeaderboardKey, QuotaUsage, utcnow
 from aml_ray.store.quotas import SMOKE_PER_TRACK_PER_EDITION
 from aml_ray.store.results import approve_review, leaderboard, open_review, save_result
 
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 TABLES = {"access_requests", "leaderboard_keys", "systems", "versions", "credentials", "jobs", "job_stages",
           "results", "reviews", "public_submissions", "quota_usage", "admin_actions", "alembic_version"}
 
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request, tmp_path) -> Iterator[sa.Engine]:
-    if request.param == "sqlite":
-        eng = make_engine(f"sqlite:///{tmp_path / 'aml.sqlite3'}")
-        upgrade(eng)
-        yield eng
-        eng.dispose()
-        return
-    schema = f"aml_test_{secrets.token_hex(6)}"
-    eng = make_engine(PG_URL, schema=schema)
-    upgrade(eng)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-        cleanup = sa.create_engine(PG_URL)
-        with cleanup.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        cleanup.dispose()
 
 
 @pytest.fixture
