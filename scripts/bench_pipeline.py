@@ -647,6 +647,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     print(f"  plain asyncio loop, httpx+aiohttp        {_rate(ph):>14}   {ph / ideal:.2f} x ideal")
     print(f"  aml-ray pipeline (run_pipeline)          {_rate(pp):>14}   {pp / ideal:.2f} x ideal, "
           f"{_med(ratios_a):.2f} x plain aiohttp, {_med(ratios_h):.2f} x plain httpx+aiohttp (same-run ratios)")
+    print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
+          f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
     print(f"  per run: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.rate'))}; "
           f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.rate'))}; "
           f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.rate'))}")
