@@ -28,7 +28,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--no-first-run"]
 ERROR = "contract error in Add: response field 'success' must be true (got false) for sample conv-26 chunk 3"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} missing: apt-get install chromium")
+assert CHROMIUM.exists(), f"{CHROMIUM} missing: run scripts/install_test_deps.sh (Debian chromium)"
 
 ENTRIES = [
     SyntheticEntry("Atlas Memory", "Atlas Labs", "commercial", {"locomo": 0.712, "longmemeval": 0.655},

@@ -41,11 +41,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
+from aml_ray.datasets.dates import utc_midnight_ms
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import DatasetDownloadError, DatasetHashMismatch, fetch_to_cache, verify_sha256
 
@@ -130,9 +130,6 @@ CHAT_FILES = ("chat_trunecated.json", "chat.json")
 QUESTIONS_FILE = "probing_questions.json"
 
 _DATE = re.compile(r"^\s*([A-Za-z]+)-(\d{1,2})-(\d{4})\s*$")
-_MONTHS = {name: i for i, name in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"], start=1)}
 _ROLES = ("user", "assistant")
 
 
@@ -163,14 +160,7 @@ def parse_time_anchor(value: Any, *, where: str) -> int:
     m = _DATE.match(value)
     if not m:
         raise bad("does not match '<Month>-<DD>-<YYYY>'")
-    month = _MONTHS.get(m.group(1).lower())
-    if month is None:
-        raise bad(f"unknown month {m.group(1)!r}")
-    try:
-        dt = datetime(int(m.group(3)), month, int(m.group(2)), tzinfo=timezone.utc)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    return int(dt.timestamp()) * 1000
+    return utc_midnight_ms(m.group(3), m.group(1), m.group(2), bad)
 
 
 def _session(sample_id: str, position: int, batch: dict[str, Any]) -> Session:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
+from aml_ray.datasets.dates import MONTHS
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import (
     DatasetDownloadError,
@@ -60,9 +61,6 @@ _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DATE = re.compile(
     r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.IGNORECASE
 )
-_MONTHS = {name: i for i, name in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"], start=1)}
 
 
 def parse_session_datetime(value: Any, *, sample_id: str, key: str) -> int:
@@ -93,7 +91,7 @@ def parse_session_datetime(value: Any, *, sample_id: str, key: str) -> int:
     if not m:
         raise bad("does not match '<h>:<mm> <am|pm> on <d> <Month>, <yyyy>'")
     hour12, minute, ampm, day, month_name, year = m.groups()
-    month = _MONTHS.get(month_name.lower())
+    month = MONTHS.get(month_name.lower())
     if month is None:
         raise bad(f"unknown month {month_name!r}")
     hour12 = int(hour12)

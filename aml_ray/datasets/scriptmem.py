@@ -51,12 +51,12 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from aml_ray.contract import Message
 from aml_ray.datasets.jsonl import iter_jsonl
+from aml_ray.datasets.dates import utc_midnight_ms
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import DatasetError, DatasetHashMismatch, verify_sha256
 
@@ -82,9 +82,6 @@ UNKNOWN_DATE = "Unknown"
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _DATE = re.compile(r"^\s*([A-Za-z]+)\s+(\d{1,2}),?\s+(\d{4})\s*$")
-_MONTHS = {name: i for i, name in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september",
-     "october", "november", "december"], start=1)}
 _OPTION = re.compile(r"^([A-Z])\.\s")
 
 
@@ -125,14 +122,7 @@ def parse_session_date(value: Any, *, where: str) -> int | None:
     m = _DATE.match(value)
     if not m:
         raise bad("does not match '<Month> <d>, <yyyy>'")
-    month = _MONTHS.get(m.group(1).lower())
-    if month is None:
-        raise bad(f"unknown month {m.group(1)!r}")
-    try:
-        dt = datetime(int(m.group(3)), month, int(m.group(2)), tzinfo=timezone.utc)
-    except ValueError as exc:
-        raise bad(str(exc)) from None
-    return int(dt.timestamp()) * 1000
+    return utc_midnight_ms(m.group(3), m.group(1), m.group(2), bad)
 
 
 def _render_turn(turn: dict[str, Any], where: str) -> str:
