@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -25,7 +26,8 @@ from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
-from aml_ray.pipeline import PipelineOptions, StageFailed, build_inputs, run_pipeline
+from aml_ray.inputs import build_inputs
+from aml_ray.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.prompts import load_prompt
 from aml_ray.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
@@ -89,13 +91,17 @@ class EvaluationResult:
         run_dir: the run directory.
         table: the aggregated score table (see :func:`aml_ray.scoring.aggregate`).
         run_info: the content of run.json.
-        questions: per-question evidence rows.
     """
 
     run_dir: RunDir
     table: pl.DataFrame
     run_info: dict[str, Any]
-    questions: pl.DataFrame
+
+    @property
+    def questions(self) -> pl.DataFrame:
+        """Every question evidence row with every column, read from ``run_dir`` at each access (not kept:
+        a large run's memories, answers and judge texts stay on disk until asked for)."""
+        return read_questions(self.run_dir)
 
 
 def _git_commit() -> str | None:
@@ -262,9 +268,13 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         samples = samples[: cfg.limit_samples]
     done: set[str] = set()
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
-        done = set(read_questions(run_dir).filter(pl.col("status").is_not_null())["question_id"].to_list())
-    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), stream_checkpoints=cfg.stream_checkpoints,
-                          done_questions=done, media_dir=run_dir.media if media else None)
+        finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
+        done = set(finished["question_id"].to_list())
+        del finished
+    # one sample at a time into <run>/inputs/ (aml_ray.inputs): the driver keeps counts, not rows
+    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), out_dir=run_dir.inputs,
+                          stream_checkpoints=cfg.stream_checkpoints, done_questions=done,
+                          media_dir=run_dir.media if media else None)
     answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
     judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
     prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
@@ -320,6 +330,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 
             ray.shutdown()
     wall_s = time.perf_counter() - t0
+    # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
     adds = read_adds(run_dir)
     table = aggregate(questions.with_columns(pl.lit(spec.name).alias("dataset")))
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
@@ -341,7 +352,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                        "table": table.to_dicts(), "judge_runs": info["judge_runs_summary"]},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
-    return EvaluationResult(run_dir=run_dir, table=table, run_info=info, questions=questions)
+    shutil.rmtree(inputs.folder, ignore_errors=True)  # derived from the dataset and run id; not evidence
+    return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
 
 
 @dataclass

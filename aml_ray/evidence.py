@@ -8,6 +8,9 @@ Layout of a run directory::
     <run_dir>/evidence/adds/<sample_id>.jsonl    the journal of a sample whose Adds are under way
     <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
     <run_dir>/media/<sha256>.<ext>               Multimodal: each image once, by content hash
+    <run_dir>/inputs/                            the pipeline's inputs while the run is under way
+                                                 (:mod:`aml_ray.inputs`; rebuilt on resume, removed when
+                                                 the run completes; not evidence)
 
 Every Parquet and JSON file is written atomically (temporary file + ``os.replace``), so a killed run
 never leaves a half-written one. The Add journal is appended one line per finished Add and flushed;
@@ -20,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +80,15 @@ QUESTION_SCHEMA = pa.schema([
 ])
 
 
+#: The per-question figures a run's summary reads (the score table, run.json's search, token and cost
+#: figures; :func:`aml_ray.evaluation.evaluate`): ids, category, statuses, scores, latencies and token
+#: counts, without the memories, question, gold, answer or judge text that make a row large.
+SUMMARY_COLUMNS = ("dataset", "sample_id", "question_id", "category", "step", "excluded", "status",
+                   "search_status", "search_attempts", "search_retried_statuses", "search_latency_ms",
+                   "context_tokens", "memories_cut", "prompt_tokens", "completion_tokens", "answer_cached",
+                   "cost_usd", "verdict", "judge_verdicts", "score", "f1", "bleu1")
+
+
 def empty_question_row() -> dict[str, Any]:
     """A question row with every column present (None where not yet filled)."""
     return {name: None for name in QUESTION_SCHEMA.names}
@@ -95,13 +108,24 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], path: Path, schema: pa.Schema | None = None) -> None:
+    """Write ``table`` to ``path`` via a temporary file in the same folder and ``os.replace``.
+
+    ``table`` may also be an iterable of tables (each cast to ``schema``, which is then required), written
+    one row group each as they arrive, so the file's rows are never all in memory at once.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        if isinstance(table, pa.Table):
+            pq.write_table(table, tmp)
+        else:
+            if schema is None:
+                raise ValueError("write_parquet_atomic: an iterable of tables needs its schema")
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for part in table:
+                    writer.write_table(part.cast(schema))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -128,6 +152,7 @@ class RunDir:
         self.results_json = self.root / "results.json"
         self.results_parquet = self.root / "results.parquet"
         self.media = self.root / "media"
+        self.inputs = self.root / "inputs"
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"
@@ -199,30 +224,55 @@ class QuestionWriter:
         self._next = len(list(self.dir.glob("part-*.parquet")))
         self.rows_written = 0
 
-    def write(self, table: pa.Table) -> None:
-        """Write one part file; empty tables are skipped."""
-        if table.num_rows == 0:
-            return
-        write_parquet_atomic(table.cast(QUESTION_SCHEMA), self.dir / f"part-{self._next:05d}.parquet")
+    def write(self, table: pa.Table | Iterable[pa.Table]) -> None:
+        """Write one part file; empty tables are skipped.
+
+        ``table`` may be an iterable of tables (e.g. read one by one from a file): they go to the same part
+        file as they arrive (one row group each); an iterable that yields no rows writes no file.
+        """
+        if isinstance(table, pa.Table):
+            if table.num_rows == 0:
+                return
+            write_parquet_atomic(table.cast(QUESTION_SCHEMA), self.dir / f"part-{self._next:05d}.parquet")
+            n = table.num_rows
+        else:
+            counted: list[int] = []
+
+            def parts() -> Iterator[pa.Table]:
+                for t in table:
+                    counted.append(t.num_rows)
+                    yield t
+
+            path = self.dir / f"part-{self._next:05d}.parquet"
+            write_parquet_atomic(parts(), path, QUESTION_SCHEMA)
+            n = sum(counted)
+            if n == 0:
+                path.unlink()
+                return
         self._next += 1
-        self.rows_written += table.num_rows
+        self.rows_written += n
 
 
 class EvidenceError(Exception):
     """An evidence file is missing or damaged (never silently ignored)."""
 
 
-def _read_dir(folder: Path, schema: pa.Schema) -> pl.DataFrame:
-    return _read_dir_files(sorted(folder.glob("*.parquet")), schema)
+def _read_dir(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    return _read_dir_files(sorted(folder.glob("*.parquet")), schema, columns)
 
 
-def _read_dir_files(files: list[Path], schema: pa.Schema) -> pl.DataFrame:
+def _read_dir_files(files: list[Path], schema: pa.Schema, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise ValueError(f"evidence has no columns {unknown}")
+        schema = pa.schema([schema.field(c) for c in columns])
     if not files:
         return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
     tables = []
     for f in files:
         try:
-            tables.append(pq.read_table(f).cast(schema))
+            tables.append(pq.read_table(f, columns=list(schema.names)).cast(schema))
         except (pa.ArrowInvalid, OSError) as exc:
             raise EvidenceError(f"evidence file {f} is damaged ({exc}); restore it or start a new run "
                                 "directory, nothing was changed") from exc
@@ -234,6 +284,17 @@ def read_adds(run_dir: RunDir) -> pl.DataFrame:
     return _read_dir(run_dir.adds, ADD_SCHEMA)
 
 
-def read_questions(run_dir: RunDir) -> pl.DataFrame:
-    """All question evidence rows of a run (schema :data:`QUESTION_SCHEMA`)."""
-    return _read_dir(run_dir.questions, QUESTION_SCHEMA)
+def read_questions(run_dir: RunDir, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    """All question evidence rows of a run (schema :data:`QUESTION_SCHEMA`).
+
+    Args:
+        run_dir: the run directory.
+        columns: read only these columns, in this order (e.g. :data:`SUMMARY_COLUMNS`): the others are never
+            decoded, so a summary of a large run does not hold its memories, answers and judge texts.
+            None: every column.
+
+    Raises:
+        ValueError: a column the schema does not declare.
+        EvidenceError: a damaged evidence file.
+    """
+    return _read_dir(run_dir.questions, QUESTION_SCHEMA, columns)

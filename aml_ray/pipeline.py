@@ -10,28 +10,39 @@ one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors t
 
 from __future__ import annotations
 
-import json
-import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import polars as pl
+import pyarrow as pa
 
 from aml_ray.actors.model import spawn_model_client
 from aml_ray.actors.participant import ParticipantSpec, spawn_participant_client
 from aml_ray.config import ModelEndpoint
-from aml_ray.contract import AddRequest
-from aml_ray.datasets.base import Sample
-from aml_ray.datasets.chunking import chunk_sample, count_words
-from aml_ray.evidence import QUESTION_SCHEMA, QuestionWriter, RunDir, empty_question_row, read_questions, to_table
-from aml_ray.ids import IdScheme
+from aml_ray.evidence import SUMMARY_COLUMNS, QuestionWriter, RunDir, read_questions
+from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, read_sample_files, stream_steps
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.ray_runtime import on_this_node
 from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
+
+__all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
+           "stream_steps"]
+
+
+class IngestFromFiles(IngestStage):
+    """:class:`~aml_ray.stages.IngestStage` fed with sample file paths: reads each sample's row in the actor.
+
+    Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.inputs`). Reading in the Ingest actor
+    (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask, where Ray
+    Data's ``read_parquet`` starts footer-reader actors and read tasks that each need CPU to be placed (a
+    whole CPU can never be had on a 1-CPU node whose stage actors hold 0.1 each: RAY_NOTES.md, and the
+    ds.repartition stall noted in :func:`run_pipeline`). Arguments as IngestStage's.
+    """
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        return await super().__call__(read_sample_files(batch.column("path").to_pylist()))
 
 
 @dataclass
@@ -87,111 +98,6 @@ class PipelineOptions:
         return max(2, min(self.batches_in_flight, -(-4 * endpoint.max_in_flight // batch)))
 
 
-@dataclass
-class PipelineInputs:
-    """What the Ray job consumes, built from the adapter's samples.
-
-    Attributes:
-        sample_rows: one row per sample: ``sample_id``, ``adds_json``, ``add_meta_json``, ``questions_json``.
-        excluded_rows: question rows that are not scored (e.g. LoCoMo category 5), never searched.
-        n_chunks / n_messages / n_questions / n_scorable / n_excluded: counts for run.json and progress
-            totals (all questions, including those a resumed run already has).
-    """
-
-    sample_rows: list[dict[str, Any]]
-    excluded_rows: list[dict[str, Any]]
-    n_chunks: int = 0
-    n_messages: int = 0
-    n_questions: int = 0
-    n_scorable: int = 0
-    n_excluded: int = 0
-    by_category: dict[str, int] = field(default_factory=dict)
-
-
-def stream_steps(n_sessions: int, checkpoints: list[float]) -> list[int]:
-    """Streaming steps of a sample: after ``ceil(f * n_sessions)`` sessions for each fraction ``f``.
-
-    Raises:
-        ValueError: a fraction outside (0, 1].
-    """
-    bad = [f for f in checkpoints if not 0 < f <= 1]
-    if bad:
-        raise ValueError(f"stream checkpoints must be fractions in (0, 1], got {bad}")
-    return sorted({max(1, math.ceil(f * n_sessions)) for f in checkpoints})
-
-
-def build_inputs(samples: list[Sample], ids: IdScheme, *, stream_checkpoints: list[float] | None = None,
-                 done_questions: set[str] | frozenset[str] = frozenset(),
-                 media_dir: Path | None = None) -> PipelineInputs:
-    """Chunk every sample, build its Add requests (ids per DESIGN.md) and its question rows.
-
-    Args:
-        samples: the adapter's samples.
-        ids: the run's id scheme.
-        stream_checkpoints: Streaming mode: fractions of a sample's sessions after which every question
-            is searched (e.g. ``[0.5, 1.0]``); each (question, step) is its own row, with question_id
-            ``<id>@<step>``. None: the ordinary mode (search after all Adds).
-        done_questions: question ids already in the evidence (resume): not built again.
-        media_dir: the run's media folder (Multimodal): a question's images are stored there once and its
-            row refers to them (``question_parts``); required when a question has parts.
-    """
-    inputs = PipelineInputs(sample_rows=[], excluded_rows=[])
-    for sample in samples:
-        user_id = ids.user_id(sample.sample_id)
-        position = {s.key: i for i, s in enumerate(sample.sessions, start=1)}
-        adds, meta = [], []
-        for chunk in chunk_sample(sample):
-            request = AddRequest(request_id=ids.request_id(sample.sample_id, chunk.index),
-                                 messages=list(chunk.messages), user_id=user_id,
-                                 session_id=ids.session_id(sample.sample_id, chunk.session_key))
-            adds.append(request.model_dump(exclude_none=True))
-            meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages),
-                         "session_index": position[chunk.session_key]})
-            inputs.n_messages += len(chunk.messages)
-        steps: list[int | None] = [None]
-        if stream_checkpoints:
-            steps = list(stream_steps(len(sample.sessions), stream_checkpoints))
-        questions = []
-        for q in sample.questions:
-            inputs.by_category[q.category] = inputs.by_category.get(q.category, 0) + 1
-            for step in steps:
-                qid = q.question_id if step is None else f"{q.question_id}@{step}"
-                inputs.n_questions += 1
-                if q.excluded_reason is None:
-                    inputs.n_scorable += 1
-                else:
-                    inputs.n_excluded += 1
-                if qid in done_questions:
-                    continue
-                row = empty_question_row()
-                row.update(dataset=ids.dataset, sample_id=sample.sample_id, question_date=q.question_date,
-                           rubric=list(q.rubric), step=step, question_id=qid, user_id=user_id,
-                           ref=ids.question_ref(sample.sample_id, qid), question=q.question,
-                           options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
-                           category=q.category, speakers=list(sample.speakers),
-                           excluded=q.excluded_reason is not None, excluded_reason=q.excluded_reason)
-                if q.question_parts:
-                    row["question_parts"] = _question_parts(q.question_parts, media_dir)
-                if q.excluded_reason is not None:
-                    row["status"] = "excluded"
-                    inputs.excluded_rows.append(row)
-                else:
-                    questions.append(row)
-        inputs.n_chunks += len(adds)
-        inputs.sample_rows.append({"sample_id": sample.sample_id, "adds_json": json.dumps(adds),
-                                   "add_meta_json": json.dumps(meta), "questions_json": json.dumps(questions)})
-    return inputs
-
-
-def _question_parts(parts, media_dir: Path | None) -> list[dict[str, Any]]:
-    """A question's contract parts -> evidence parts, its images stored once in the run's media folder."""
-    from aml_ray.media import MediaStore
-
-    if media_dir is None:
-        raise ValueError("a question has image parts but the run has no media folder (Multimodal needs one)")
-    return MediaStore(media_dir).externalize(list(parts))
-
-
 class StageFailed(Exception):
     """The pipeline stopped: a contract error, a non-retryable participant status, or an internal error.
 
@@ -229,7 +135,9 @@ def run_pipeline(
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
     Args:
-        inputs: from :func:`build_inputs`.
+        inputs: from :func:`build_inputs`: Ray Data carries its sample files' paths, one per block and
+            per Ingest task (:class:`IngestFromFiles`); its excluded rows are copied into the evidence by
+            the driver, one sample's row group at a time.
         run_dir: where evidence goes.
         participant: the participant version under evaluation.
         answer / judge: model endpoints (offline ones run inside the stage, no actor).
@@ -245,7 +153,10 @@ def run_pipeline(
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
 
     Returns:
-        All question rows (scored and excluded) as a polars DataFrame.
+        Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
+        ones), columns :data:`aml_ray.evidence.SUMMARY_COLUMNS` only (no memories, answers or judge
+        texts: the driver's memory stays flat as the corpus grows); :func:`aml_ray.evidence.read_questions`
+        reads every column.
 
     Raises:
         StageFailed: on a contract error or non-retryable participant status (``.cause`` holds it).
@@ -270,9 +181,11 @@ def run_pipeline(
                                  max_tasks_in_flight_per_actor=2 * in_flight)
 
     common = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
-    n_blocks = max(1, len(inputs.sample_rows))
-    ds = ray.data.from_items(inputs.sample_rows, override_num_blocks=n_blocks)
-    ds = ds.map_batches(IngestStage, batch_size=1, compute=pool(opts.ingest_parallelism),
+    # one block per sample, holding only its file's path (the driver never holds the rows): one Ingest task
+    # per sample, `ingest_parallelism` at once; IngestFromFiles reads the sample in the actor
+    ds = ray.data.from_items([{"path": p} for p in inputs.sample_paths()],
+                             override_num_blocks=max(1, inputs.n_samples))
+    ds = ds.map_batches(IngestFromFiles, batch_size=1, compute=pool(opts.ingest_parallelism),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
                                                "top_k": top_k, "tracker": tracker}, **common)
     # A Ray Data task hands its rows on only when it ends. Before an online model stage the blocks must
@@ -297,7 +210,7 @@ def run_pipeline(
                                                "tracker": tracker}, **common)
 
     writer = QuestionWriter(run_dir)
-    writer.write(to_table(inputs.excluded_rows, QUESTION_SCHEMA))
+    writer.write(iter_excluded(inputs))
     stop = threading.Event()
     poller = None
     if on_progress is not None:
@@ -328,4 +241,4 @@ def run_pipeline(
                     pass
                 ray.kill(actor)
         ray.kill(tracker)
-    return read_questions(run_dir)
+    return read_questions(run_dir, columns=SUMMARY_COLUMNS)

@@ -99,15 +99,11 @@ _WORDS = ("caroline melanie painting support group camping lake adoption agency 
           "dog hiking museum festival garden").split()
 
 
-def synthetic_inputs(shape: Shape, run_id: str = "bench"):
-    """Build :class:`PipelineInputs` with the real chunker and id scheme, one sample at a time."""
+def synthetic_samples(shape: Shape):
+    """The corpus's :class:`Sample` objects, generated one at a time (never all in memory)."""
     from aml_ray.contract import Message
     from aml_ray.datasets.base import Question, Sample, Session
-    from aml_ray.ids import IdScheme
-    from aml_ray.pipeline import PipelineInputs, build_inputs
 
-    ids = IdScheme(run_id, "synthetic")
-    total = PipelineInputs(sample_rows=[], excluded_rows=[])
     t0 = 1_683_554_160_000
     for s in range(shape.samples):
         sid = f"syn-{s:05d}"
@@ -126,15 +122,15 @@ def synthetic_inputs(shape: Shape, run_id: str = "bench"):
                      question=f"When did Caroline go to the {_WORDS[q % len(_WORDS)]} {_WORDS[(q * 5) % len(_WORDS)]}?",
                      answer=f"{1 + q % 28} May 2023", category=str(1 + q % 4))
             for q in range(shape.questions))
-        one = build_inputs([Sample(sample_id=sid, sessions=tuple(sessions), questions=questions,
-                                   speakers=("Caroline", "Melanie"))], ids)
-        total.sample_rows.extend(one.sample_rows)
-        total.excluded_rows.extend(one.excluded_rows)
-        total.n_chunks += one.n_chunks
-        total.n_messages += one.n_messages
-        total.n_questions += one.n_questions
-        total.n_scorable += one.n_scorable
-    return total
+        yield Sample(sample_id=sid, sessions=tuple(sessions), questions=questions, speakers=("Caroline", "Melanie"))
+
+
+def synthetic_inputs(shape: Shape, out_dir: Path, run_id: str = "bench"):
+    """Build :class:`PipelineInputs` into ``out_dir`` with the real chunker and id scheme, one sample at a time."""
+    from aml_ray.ids import IdScheme
+    from aml_ray.inputs import build_inputs
+
+    return build_inputs(synthetic_samples(shape), IdScheme(run_id, "synthetic"), out_dir=out_dir)
 
 
 # --------------------------------------------------------------------------------------------- memory
@@ -453,7 +449,8 @@ def search_run(args) -> dict[str, Any]:
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.pipeline import PipelineOptions
 
-    inputs = synthetic_inputs(search_shape(args.queries))
+    tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")
+    inputs = synthetic_inputs(search_shape(args.queries), Path(tmp.name))
     offline_answer, offline_judge = model_endpoint_from_env("answer", {}), model_endpoint_from_env("judge", {})
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
                        "--memories", str(args.memories)) as server:
@@ -469,6 +466,7 @@ def search_run(args) -> dict[str, Any]:
                     over_capacity=stats["over_capacity"], timeline=stats["timeline"].get("search", {}))
         assert pipe["scored"] == args.queries, pipe
         res["pipeline"] = pipe
+    tmp.cleanup()
     res["ideal"] = args.concurrency / (args.latency_ms / 1000)
     return res
 
@@ -485,11 +483,10 @@ def lower_bound(inputs, lat_p: float, lat_add: float, cap_p: int, lat_m: float, 
     - Each model endpoint serves at most ``cap_m`` at once: Q x latency / cap_m, plus the other stages'
       head and tail latencies.
     """
-    chunks = [len(json.loads(r["adds_json"])) for r in inputs.sample_rows]
     q = inputs.n_scorable
     terms = {
-        "adds_in_order": max(chunks) * lat_add + lat_p + 2 * lat_m,
-        "participant_capacity": (sum(chunks) * lat_add + q * lat_p) / cap_p + 2 * lat_m,
+        "adds_in_order": inputs.max_sample_chunks * lat_add + lat_p + 2 * lat_m,
+        "participant_capacity": (inputs.n_chunks * lat_add + q * lat_p) / cap_p + 2 * lat_m,
         "answer_capacity": lat_add + lat_p + q * lat_m / cap_m + lat_m,
         "judge_capacity": lat_add + lat_p + lat_m + q * lat_m / cap_m,
     }
@@ -497,8 +494,11 @@ def lower_bound(inputs, lat_p: float, lat_add: float, cap_p: int, lat_m: float, 
     return terms
 
 
-def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, threads: int = 10) -> dict[str, Any]:
+def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, threads: int = 10,
+                  n_samples: int | None = None) -> dict[str, Any]:
     """The orchestration peers use: ``threads`` threads over conversations, everything sequential inside.
+
+    Runs the first ``n_samples`` samples (default all); each thread reads its sample's row from the inputs.
 
     Same servers, same requests and the same prompts as the pipeline (context fitted and grouped by
     speaker as the Answer stage does); only the orchestration differs. No sleeps are added (several
@@ -512,7 +512,8 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
 
     answer_prompt, judge_prompt = load_prompt("locomo_answer"), load_prompt("locomo_judge")
 
-    def conversation(row: dict[str, Any]) -> int:
+    def conversation(index: int) -> int:
+        row = inputs.sample_row(index)
         done = 0
         with httpx.Client(timeout=60) as http, openai.OpenAI(base_url=model_url, api_key="x", max_retries=0) as llm:
             for add in json.loads(row["adds_json"]):
@@ -534,10 +535,11 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
                 done += 1
         return done
 
+    n = inputs.n_samples if n_samples is None else min(n_samples, inputs.n_samples)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        done = sum(pool.map(conversation, inputs.sample_rows))
-    return {"wall_s": time.perf_counter() - t0, "questions": done, "samples": len(inputs.sample_rows)}
+        done = sum(pool.map(conversation, range(n)))
+    return {"wall_s": time.perf_counter() - t0, "questions": done, "samples": n}
 
 
 def _per_second(stats: dict[str, Any], kind: str, t_zero: float) -> list[int]:
@@ -555,11 +557,12 @@ def _per_second(stats: dict[str, Any], kind: str, t_zero: float) -> list[int]:
 
 def e2e_run(args) -> dict[str, Any]:
     from aml_ray.config import ModelEndpoint
-    from aml_ray.pipeline import PipelineInputs, PipelineOptions
+    from aml_ray.pipeline import PipelineOptions
 
     shape = locomo_shape(args.scale)
+    tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")
     t0 = time.perf_counter()
-    inputs = synthetic_inputs(shape)
+    inputs = synthetic_inputs(shape, Path(tmp.name))
     build_s = time.perf_counter() - t0
     lat_p, lat_m = args.latency_ms / 1000, args.model_latency_ms / 1000
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
@@ -597,13 +600,13 @@ def e2e_run(args) -> dict[str, Any]:
             part.reset()
             model.reset()
             n_peer = min(args.peer_samples or (shape.samples if args.scale == 1 else 10), shape.samples)
-            sub = PipelineInputs(sample_rows=inputs.sample_rows[:n_peer], excluded_rows=[])
-            peer = peer_baseline(sub, part.base_url, f"{model.base_url}/v1", args.top_k)
+            peer = peer_baseline(inputs, part.base_url, f"{model.base_url}/v1", args.top_k, n_samples=n_peer)
             rounds_all, rounds_sub = math.ceil(shape.samples / 10), math.ceil(n_peer / 10)
             peer["extrapolated_wall_s"] = peer["wall_s"] * rounds_all / rounds_sub
     bound = lower_bound(inputs, lat_p, args.add_latency_ms / 1000 if args.add_latency_ms else lat_p,
                         args.concurrency, 0.0 if args.offline_models else lat_m,
                         args.model_concurrency)
+    tmp.cleanup()
     return {"shape": asdict(shape), "chunks": inputs.n_chunks, "questions": inputs.n_scorable,
             "build_inputs_s": build_s, "pipeline": pipe, "bound": bound, "peer": peer}
 
@@ -723,7 +726,7 @@ def _print_driver_memory(args, runs: list[dict[str, Any]]) -> None:
     p = runs[0]["pipeline"]
     print(f"  driver RSS, run 1: {_mib(p['driver_rss_before_ray'])} with the inputs built, before Ray; "
           f"{_mib(p['driver_rss_during'])} at most while the pipeline ran; {_mib(p['driver_rss_after'])} after "
-          "run_pipeline returned (all question evidence read back); of the driver's RSS at most "
+          "run_pipeline returned (the summary columns of the question evidence read back); of the driver's RSS at most "
           f"{_mib(p['driver_anon_peak'])} was private (RssAnon) and {_mib(p['driver_shmem_peak'])} object-store "
           "pages it mapped (RssShmem, shared with the store)")
 

@@ -24,7 +24,7 @@ from aml_ray.datasets.chunking import MAX_CHUNK_MESSAGES, chunk_sample
 from aml_ray.datasets.fetch import DatasetHashMismatch
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.ids import IdScheme
-from aml_ray.pipeline import build_inputs
+from aml_ray.inputs import build_inputs
 from aml_ray.prompts import load_prompt
 from tests.conftest import SHARED_DATASETS
 
@@ -100,9 +100,9 @@ def test_questions_carry_rubric_gold_and_evidence(samples):
 
 
 @needs_files
-def test_question_rows_and_chunks(samples):
-    inputs = build_inputs(samples[:1], IdScheme("run_test", "beam"))
-    rows = json.loads(inputs.sample_rows[0]["questions_json"])
+def test_question_rows_and_chunks(samples, tmp_path):
+    inputs = build_inputs(samples[:1], IdScheme("run_test", "beam"), out_dir=tmp_path)
+    rows = json.loads(inputs.sample_row(0)["questions_json"])
     assert len(rows) == 20 and inputs.n_scorable == 20
     assert rows[0]["user_id"] == "eval:run_test:beam:conv-1" and rows[0]["options"] is None
     assert all(r["rubric"] for r in rows)

@@ -28,7 +28,7 @@ from aml_ray.datasets.scriptmem import (
     split_question,
 )
 from aml_ray.ids import IdScheme
-from aml_ray.pipeline import build_inputs
+from aml_ray.inputs import build_inputs
 from aml_ray.prompts import load_prompt
 from tests.conftest import SHARED_DATASETS
 
@@ -129,7 +129,7 @@ def test_operator_file_in_the_published_layout(operator_dir, tmp_path):
 
 
 @needs_files
-def test_options_go_to_search_and_the_gold_never_does(operator_dir):
+def test_options_go_to_search_and_the_gold_never_does(operator_dir, tmp_path):
     samples = load_scriptmem(operator_dir)
     q = next(q for s in samples for q in s.questions if q.question_id == "angry:conv-0#q0000")
     assert q.category == "single_choice" and q.answer == ["B"]
@@ -141,8 +141,8 @@ def test_options_go_to_search_and_the_gold_never_does(operator_dir):
     ordering = next(q for s in samples for q in s.questions if q.category == "ordering")
     raw = {r["qa_id"]: r for r in read_jsonl(QUESTIONS)}[ordering.question_id]
     assert ordering.answer == raw["answer_letters"] and len(ordering.answer) >= 3
-    inputs = build_inputs(samples[:1], IdScheme("run_test", "scriptmem"))
-    rows = json.loads(inputs.sample_rows[0]["questions_json"])
+    inputs = build_inputs(samples[:1], IdScheme("run_test", "scriptmem"), out_dir=tmp_path / "inputs")
+    rows = json.loads(inputs.sample_row(0)["questions_json"])
     assert len(rows) == 99 and all(r["options"] and len(r["options"]) >= 3 for r in rows)
     assert rows[0]["user_id"] == "eval:run_test:scriptmem:angry-conv-0"
     assert json.loads(rows[0]["gold"]) == ["B"]

@@ -1,0 +1,309 @@
+"""The pipeline's inputs, built one sample at a time and spilled to Parquet (issue 7: flat driver memory).
+
+The driver never holds the whole corpus's Add requests or question rows: :func:`build_inputs` chunks one
+sample, builds its Add requests (ids per DESIGN.md "IDs") and question rows, writes them to the inputs
+folder and forgets them; :class:`PipelineInputs` keeps only counts and the folder. The pipeline
+(:func:`aml_ray.pipeline.run_pipeline`) hands Ray Data one path per block, so each Ingest task still gets
+exactly one sample (DESIGN.md "The pipeline": the unit of ingestion is one sample).
+Ray Data carries only the file paths (:func:`read_sample_files` runs in the Ingest actor).
+
+Layout of the inputs folder (``<run_dir>/inputs/`` for ``aml-ray run``; rebuilt on every start and
+resume, derived from the dataset and the run id, never evidence)::
+
+    sample-000000.parquet ...   one file per sample, one row of :data:`SAMPLE_INPUT_SCHEMA` (the
+                                IngestStage's input row), in the adapter's sample order
+    excluded.parquet            question rows that are not scored (:data:`aml_ray.evidence.QUESTION_SCHEMA`,
+                                e.g. LoCoMo category 5), one row group per sample that has any; absent
+                                when there are none
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aml_ray.contract import AddRequest
+from aml_ray.datasets.base import Sample
+from aml_ray.datasets.chunking import chunk_sample, count_words
+from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table, write_parquet_atomic
+from aml_ray.ids import IdScheme
+
+#: One sample's input row, as :class:`aml_ray.stages.IngestStage` takes it: the ordered AddRequest dicts
+#: (``adds_json``), their metadata (``add_meta_json``: chunk_index, n_words, session_index) and the
+#: sample's pending, scorable question rows (``questions_json``), each a JSON text.
+SAMPLE_INPUT_SCHEMA = pa.schema([("sample_id", pa.string()), ("adds_json", pa.string()),
+                                 ("add_meta_json", pa.string()), ("questions_json", pa.string())])
+
+SAMPLE_FILE_PATTERN = "sample-*.parquet"
+EXCLUDED_FILE = "excluded.parquet"
+
+
+@dataclass
+class PipelineInputs:
+    """What the Ray job consumes: the inputs folder (module docstring) and counts, nothing per row.
+
+    Attributes:
+        folder: the inputs folder holding ``sample-NNNNNN.parquet`` and ``excluded.parquet``.
+        n_samples: samples (= sample files, = Ingest tasks).
+        n_chunks / n_messages: Add chunks and messages of all samples (a resumed run's finished ones too).
+        n_questions / n_scorable / n_excluded: question rows of all samples (with Streaming, one per
+            (question, step)), for run.json and progress totals, including those a resumed run already has.
+        by_category: questions per category (each question once, whatever its steps).
+        max_sample_chunks: the most Add chunks of one sample (the sequential part of ingestion).
+        n_pending / n_excluded_pending: scorable and excluded question rows this start still has to
+            produce (those in ``done_questions`` are not in the files).
+    """
+
+    folder: Path
+    n_samples: int = 0
+    n_chunks: int = 0
+    n_messages: int = 0
+    n_questions: int = 0
+    n_scorable: int = 0
+    n_excluded: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+    max_sample_chunks: int = 0
+    n_pending: int = 0
+    n_excluded_pending: int = 0
+
+    def sample_path(self, index: int) -> Path:
+        """The input file of the ``index``-th sample (0-based, adapter order)."""
+        return self.folder / f"sample-{index:06d}.parquet"
+
+    def sample_paths(self) -> list[str]:
+        """Every sample file, in sample order (``n_samples`` strings)."""
+        return [str(self.sample_path(i)) for i in range(self.n_samples)]
+
+    def sample_row(self, index: int) -> dict[str, str]:
+        """The ``index``-th sample's row read back from its file (:data:`SAMPLE_INPUT_SCHEMA`).
+
+        Raises:
+            IndexError: ``index`` outside ``[0, n_samples)``.
+        """
+        if not 0 <= index < self.n_samples:
+            raise IndexError(f"sample index {index} outside [0, {self.n_samples})")
+        [row] = read_sample_files([str(self.sample_path(index))]).to_pylist()
+        return row
+
+    @property
+    def excluded_path(self) -> Path:
+        """The excluded question rows (exists only when ``n_excluded_pending`` > 0)."""
+        return self.folder / EXCLUDED_FILE
+
+
+def stream_steps(n_sessions: int, checkpoints: list[float]) -> list[int]:
+    """Streaming steps of a sample: after ``ceil(f * n_sessions)`` sessions for each fraction ``f``.
+
+    Source: DESIGN.md "Streaming mode" (the same question is searched at several points of ingestion).
+
+    Raises:
+        ValueError: a fraction outside (0, 1].
+    """
+    bad = [f for f in checkpoints if not 0 < f <= 1]
+    if bad:
+        raise ValueError(f"stream checkpoints must be fractions in (0, 1], got {bad}")
+    return sorted({max(1, math.ceil(f * n_sessions)) for f in checkpoints})
+
+
+@dataclass
+class SampleInput:
+    """One sample's inputs: its IngestStage row, its excluded question rows and its counts.
+
+    Attributes:
+        row: ``{sample_id, adds_json, add_meta_json, questions_json}`` (:data:`SAMPLE_INPUT_SCHEMA`).
+        excluded: excluded question rows not yet in the evidence (``status="excluded"``).
+        n_chunks / n_messages / n_questions / n_scorable / n_excluded / n_pending: as in
+            :class:`PipelineInputs`, for this sample.
+        by_category: questions per category.
+    """
+
+    row: dict[str, str]
+    excluded: list[dict[str, Any]]
+    n_chunks: int = 0
+    n_messages: int = 0
+    n_questions: int = 0
+    n_scorable: int = 0
+    n_excluded: int = 0
+    n_pending: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+
+
+def sample_input(sample: Sample, ids: IdScheme, *, stream_checkpoints: list[float] | None = None,
+                 done_questions: set[str] | frozenset[str] = frozenset(),
+                 media_dir: Path | None = None) -> SampleInput:
+    """Chunk one sample, build its Add requests and its question rows (arguments as :func:`build_inputs`).
+
+    Raises:
+        ValueError: a stream checkpoint outside (0, 1]; a question with image parts and no ``media_dir``.
+    """
+    user_id = ids.user_id(sample.sample_id)
+    position = {s.key: i for i, s in enumerate(sample.sessions, start=1)}
+    adds, meta = [], []
+    out = SampleInput(row={}, excluded=[])
+    for chunk in chunk_sample(sample):
+        request = AddRequest(request_id=ids.request_id(sample.sample_id, chunk.index),
+                             messages=list(chunk.messages), user_id=user_id,
+                             session_id=ids.session_id(sample.sample_id, chunk.session_key))
+        adds.append(request.model_dump(exclude_none=True))
+        meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages),
+                     "session_index": position[chunk.session_key]})
+        out.n_messages += len(chunk.messages)
+    steps: list[int | None] = [None]
+    if stream_checkpoints:
+        steps = list(stream_steps(len(sample.sessions), stream_checkpoints))
+    questions = []
+    for q in sample.questions:
+        out.by_category[q.category] = out.by_category.get(q.category, 0) + 1
+        for step in steps:
+            qid = q.question_id if step is None else f"{q.question_id}@{step}"
+            out.n_questions += 1
+            if q.excluded_reason is None:
+                out.n_scorable += 1
+            else:
+                out.n_excluded += 1
+            if qid in done_questions:
+                continue
+            row = empty_question_row()
+            row.update(dataset=ids.dataset, sample_id=sample.sample_id, question_date=q.question_date,
+                       rubric=list(q.rubric), step=step, question_id=qid, user_id=user_id,
+                       ref=ids.question_ref(sample.sample_id, qid), question=q.question,
+                       options=list(q.options) if q.options else None, gold=json.dumps(q.answer),
+                       category=q.category, speakers=list(sample.speakers),
+                       excluded=q.excluded_reason is not None, excluded_reason=q.excluded_reason)
+            if q.question_parts:
+                row["question_parts"] = _question_parts(q.question_parts, media_dir)
+            if q.excluded_reason is not None:
+                row["status"] = "excluded"
+                out.excluded.append(row)
+            else:
+                questions.append(row)
+    out.n_chunks, out.n_pending = len(adds), len(questions)
+    out.row = {"sample_id": sample.sample_id, "adds_json": json.dumps(adds), "add_meta_json": json.dumps(meta),
+               "questions_json": json.dumps(questions)}
+    return out
+
+
+def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
+                 stream_checkpoints: list[float] | None = None,
+                 done_questions: set[str] | frozenset[str] = frozenset(),
+                 media_dir: Path | None = None) -> PipelineInputs:
+    """Build every sample's inputs, one sample at a time, into ``out_dir`` (layout: module docstring).
+
+    Only one sample's rows are in memory at once (pass a generator of samples to hold only one
+    :class:`Sample` too). Input files of an earlier build in ``out_dir`` (``sample-*.parquet``,
+    ``excluded.parquet``) are removed first: a resumed run rebuilds them without its done questions.
+
+    Args:
+        samples: the adapter's samples, in order.
+        ids: the run's id scheme.
+        out_dir: the inputs folder (created).
+        stream_checkpoints: Streaming mode: fractions of a sample's sessions after which every question
+            is searched (e.g. ``[0.5, 1.0]``); each (question, step) is its own row, with question_id
+            ``<id>@<step>``. None: the ordinary mode (search after all Adds).
+        done_questions: question ids already in the evidence (resume): counted, not written again.
+        media_dir: the run's media folder (Multimodal): a question's images are stored there once and its
+            row refers to them (``question_parts``); required when a question has parts.
+
+    Returns:
+        The counts and the folder (:class:`PipelineInputs`).
+
+    Raises:
+        ValueError: as :func:`sample_input`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*out_dir.glob(SAMPLE_FILE_PATTERN), out_dir / EXCLUDED_FILE]:
+        stale.unlink(missing_ok=True)
+    inputs = PipelineInputs(folder=out_dir)
+    with _ExcludedWriter(inputs.excluded_path) as excluded:
+        for index, sample in enumerate(samples):
+            one = sample_input(sample, ids, stream_checkpoints=stream_checkpoints, done_questions=done_questions,
+                               media_dir=media_dir)
+            write_parquet_atomic(pa.Table.from_pylist([one.row], schema=SAMPLE_INPUT_SCHEMA),
+                                 inputs.sample_path(index))
+            excluded.write(one.excluded)
+            inputs.n_samples += 1
+            inputs.n_chunks += one.n_chunks
+            inputs.n_messages += one.n_messages
+            inputs.n_questions += one.n_questions
+            inputs.n_scorable += one.n_scorable
+            inputs.n_excluded += one.n_excluded
+            inputs.n_pending += one.n_pending
+            inputs.n_excluded_pending += len(one.excluded)
+            inputs.max_sample_chunks = max(inputs.max_sample_chunks, one.n_chunks)
+            for category, n in one.by_category.items():
+                inputs.by_category[category] = inputs.by_category.get(category, 0) + n
+    return inputs
+
+
+def read_sample_files(paths: Iterable[str]) -> pa.Table:
+    """Sample files -> their rows, in the given order (:data:`SAMPLE_INPUT_SCHEMA`; one row per file).
+
+    Raises:
+        FileNotFoundError: a file is missing (e.g. a run directory that not every node sees).
+    """
+    return pa.concat_tables([pq.read_table(p, schema=SAMPLE_INPUT_SCHEMA) for p in paths])
+
+
+def iter_sample_rows(inputs: PipelineInputs) -> Iterator[dict[str, str]]:
+    """The sample rows back from their files, one at a time, in sample order (tools, tests, baselines)."""
+    for i in range(inputs.n_samples):
+        yield inputs.sample_row(i)
+
+
+def iter_excluded(inputs: PipelineInputs) -> Iterator[pa.Table]:
+    """The excluded question rows, one table per sample that has any (:data:`QUESTION_SCHEMA`)."""
+    if not inputs.n_excluded_pending:
+        return
+    f = pq.ParquetFile(inputs.excluded_path)
+    for i in range(f.num_row_groups):
+        yield f.read_row_group(i).cast(QUESTION_SCHEMA)
+
+
+class _ExcludedWriter:
+    """Appends excluded question rows to one Parquet file, a row group per call; the file appears
+    (atomically, by rename) only when the writer closes without error and wrote a row."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._tmp: str | None = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        if self._writer is None:
+            fd, self._tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+            os.close(fd)
+            self._writer = pq.ParquetWriter(self._tmp, QUESTION_SCHEMA)
+        self._writer.write_table(to_table(rows, QUESTION_SCHEMA))
+
+    def __enter__(self) -> _ExcludedWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        if exc_type is None:
+            os.replace(self._tmp, self.path)
+        else:
+            Path(self._tmp).unlink(missing_ok=True)
+
+
+def _question_parts(parts, media_dir: Path | None) -> list[dict[str, Any]]:
+    """A question's contract parts -> evidence parts, its images stored once in the run's media folder."""
+    from aml_ray.media import MediaStore
+
+    if media_dir is None:
+        raise ValueError("a question has image parts but the run has no media folder (Multimodal needs one)")
+    return MediaStore(media_dir).externalize(list(parts))
