@@ -80,13 +80,14 @@ QUESTION_SCHEMA = pa.schema([
 ])
 
 
-#: The per-question figures a run's summary reads (the score table, run.json's search, token and cost
-#: figures; :func:`aml_ray.evaluation.evaluate`): ids, category, statuses, scores, latencies and token
-#: counts, without the memories, question, gold, answer or judge text that make a row large.
-SUMMARY_COLUMNS = ("dataset", "sample_id", "question_id", "category", "step", "excluded", "status",
-                   "search_status", "search_attempts", "search_retried_statuses", "search_latency_ms",
-                   "context_tokens", "memories_cut", "prompt_tokens", "completion_tokens", "answer_cached",
-                   "cost_usd", "verdict", "judge_verdicts", "score", "f1", "bleu1")
+#: The per-question figures a run's summary reads (:func:`aml_ray.evaluation.evaluate`: the score table of
+#: :func:`aml_ray.scoring.aggregate`, run.json's search, token, cost and judge-run figures): the question id,
+#: category, statuses, scores, latencies and token counts, without the memories, question, gold, answer or
+#: judge text that make a row large (about 100 bytes a row instead of kilobytes).
+SUMMARY_COLUMNS = ("question_id", "category", "excluded", "status", "search_status", "search_attempts",
+                   "search_retried_statuses", "search_latency_ms", "context_tokens", "memories_cut",
+                   "prompt_tokens", "completion_tokens", "answer_cached", "cost_usd", "verdict", "judge_verdicts",
+                   "score", "f1", "bleu1")
 
 
 def empty_question_row() -> dict[str, Any]:

@@ -89,6 +89,35 @@ def test_score_table_per_category(two_sample_run):
     assert overall["accuracy"] == pytest.approx((questions["verdict"] == "CORRECT").sum() / 233)
 
 
+def test_each_sample_is_its_own_ingest_task(two_sample_run):
+    """The inputs travel as one file per sample (aml_ray.inputs): each sample is its own Ingest task, so the
+    two samples' Adds run side by side (one task holding both would send one sample's Adds after the other's)."""
+    import sqlite3
+
+    from aml_ray.reference.server import DB_NAME
+
+    with sqlite3.connect(two_sample_run.run_dir.root.parent / "ref" / DB_NAME) as db:
+        users = [u for (u,) in db.execute("SELECT user_id FROM applied_requests ORDER BY rowid")]
+    samples = [u.rsplit(":", 1)[1] for u in users]  # in the order the participant applied them
+    assert sorted(set(samples)) == ["conv-26", "conv-30"] and len(samples) == 55
+    assert sum(1 for a, b in zip(samples, samples[1:]) if a != b) > 1
+
+
+def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
+    """evaluate() reads only SUMMARY_COLUMNS back; its table and run.json figures are those of every column."""
+    from aml_ray.evaluation import usage_summary
+    from aml_ray.scoring import aggregate, latency_summary
+
+    full = read_questions(two_sample_run.run_dir)
+    info = two_sample_run.run_info
+    assert two_sample_run.table.equals(aggregate(full.with_columns(pl.lit("locomo").alias("dataset"))))
+    usage = usage_summary(full)
+    assert {k: info[k] for k in usage} == usage and info["context_tokens"]["mean"] > 0
+    assert info["search"]["latency_ms"] == latency_summary(full.filter(pl.col("search_status") == "ok")["search_latency_ms"])
+    assert info["evidence"]["question_rows"] == full.height == 304
+    assert not (two_sample_run.run_dir.root / "inputs").exists()  # removed once the run completed
+
+
 def _misbehaving_app(kind: str) -> FastAPI:
     app = FastAPI()
 

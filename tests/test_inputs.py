@@ -1,0 +1,119 @@
+"""Pipeline inputs built one sample at a time and spilled to Parquet (aml_ray.inputs, issue 7), and the
+column-pruned evidence read the run's summary uses. No Ray: the LoCoMo file and Parquet only."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from aml_ray.datasets.registry import get_dataset
+from aml_ray.evidence import (QUESTION_SCHEMA, SUMMARY_COLUMNS, QuestionWriter, RunDir, empty_question_row,
+                              read_questions, to_table)
+from aml_ray.ids import IdScheme
+from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows
+
+IDS = IdScheme("run_t", "locomo")
+
+
+@pytest.fixture(scope="module")
+def samples(locomo_file):
+    return get_dataset("locomo").load(locomo_file)
+
+
+def test_one_file_per_sample_and_counts_only_in_memory(tmp_path, samples):
+    inputs = build_inputs(samples[:2], IDS, out_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["excluded.parquet", "sample-000000.parquet",
+                                                          "sample-000001.parquet"]
+    # conv-26 (28 chunks, 152 scorable + 47 adversarial) and conv-30 (27 chunks, 81 + 24): from the file
+    assert (inputs.n_samples, inputs.n_chunks, inputs.max_sample_chunks, inputs.n_messages) == (2, 55, 28, 788)
+    assert (inputs.n_questions, inputs.n_scorable, inputs.n_excluded) == (304, 233, 71)
+    assert (inputs.n_pending, inputs.n_excluded_pending) == (233, 71)
+    assert inputs.by_category == {"1": 43, "2": 63, "3": 13, "4": 114, "5": 71}
+    assert all(pq.ParquetFile(p).metadata.num_rows == 1 for p in inputs.sample_paths())
+    rows = list(iter_sample_rows(inputs))
+    assert [r["sample_id"] for r in rows] == ["conv-26", "conv-30"]
+    adds, meta = json.loads(rows[0]["adds_json"]), json.loads(rows[0]["add_meta_json"])
+    assert len(adds) == 28 and adds[0]["request_id"] == "eval:run_t:locomo:conv-26:chunk-0"
+    assert {a["user_id"] for a in adds} == {"eval:run_t:locomo:conv-26"}
+    assert [m["chunk_index"] for m in meta] == list(range(28))
+    assert meta[0]["session_index"] == 1 and meta[-1]["session_index"] == 19
+    questions = json.loads(rows[0]["questions_json"])
+    assert len(questions) == 152 and not any(q["excluded"] for q in questions)
+    assert set(questions[0]) == set(QUESTION_SCHEMA.names) and questions[0]["status"] is None
+    excluded = list(iter_excluded(inputs))  # one row group per sample
+    assert [t.num_rows for t in excluded] == [47, 24]
+    assert {r["status"] for t in excluded for r in t.to_pylist()} == {"excluded"}
+    assert {r["category"] for t in excluded for r in t.to_pylist()} == {"5"}
+    with pytest.raises(IndexError, match="outside"):
+        inputs.sample_row(2)
+
+
+def test_each_sample_is_on_disk_before_the_next_is_built(tmp_path, samples):
+    seen = []
+
+    def one_at_a_time():
+        for s in samples[:3]:
+            seen.append(sorted(p.name for p in tmp_path.glob("sample-*.parquet")))
+            yield s
+
+    inputs = build_inputs(one_at_a_time(), IDS, out_dir=tmp_path)
+    assert seen == [[], ["sample-000000.parquet"], ["sample-000000.parquet", "sample-000001.parquet"]]
+    assert inputs.n_samples == 3
+
+
+def test_resume_rebuild_counts_done_questions_writes_none_and_drops_stale_files(tmp_path, samples):
+    build_inputs(samples[:2], IDS, out_dir=tmp_path)
+    done = {q.question_id for q in samples[0].questions[:100]}  # 100 of conv-26's 199, the first are scorable
+    again = build_inputs(samples[:1], IDS, out_dir=tmp_path, done_questions=done)
+    # a one-sample rebuild: conv-30's file and the excluded file of the first build are gone
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["excluded.parquet", "sample-000000.parquet"]
+    assert (again.n_questions, again.n_scorable, again.n_excluded) == (199, 152, 47)  # totals keep the done ones
+    scorable_done = sum(1 for q in samples[0].questions[:100] if q.excluded_reason is None)
+    row = again.sample_row(0)
+    pending = json.loads(row["questions_json"])
+    assert again.n_pending == len(pending) == 152 - scorable_done
+    assert not done & {q["question_id"] for q in pending}
+    assert again.n_excluded_pending == sum(t.num_rows for t in iter_excluded(again)) == 47 - (100 - scorable_done)
+    assert len(json.loads(row["adds_json"])) == 28  # Adds are always listed: the sample's journal decides
+    everything = {q.question_id for q in samples[0].questions}
+    last = build_inputs(samples[:1], IDS, out_dir=tmp_path, done_questions=everything)
+    assert (last.n_pending, last.n_excluded_pending) == (0, 0) and list(iter_excluded(last)) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample-000000.parquet"]
+
+
+def test_streaming_rows_per_step(tmp_path, samples):
+    inputs = build_inputs(samples[:1], IDS, out_dir=tmp_path, stream_checkpoints=[0.5, 1.0])
+    questions = json.loads(inputs.sample_row(0)["questions_json"])
+    assert (inputs.n_questions, inputs.n_scorable, inputs.n_excluded) == (398, 304, 94)
+    assert sorted({q["step"] for q in questions}) == [10, 19]  # 19 sessions: ceil(9.5) and 19
+    assert {q["question_id"].rsplit("@", 1)[1] for q in questions} == {"10", "19"}
+    assert inputs.by_category["5"] == 47  # each question once, whatever its steps
+    with pytest.raises(ValueError, match="fractions in"):
+        build_inputs(samples[:1], IDS, out_dir=tmp_path, stream_checkpoints=[1.5])
+
+
+def _rows(n: int, start: int = 0) -> list[dict]:
+    return [empty_question_row() | {"question_id": f"q{i}", "category": "1", "excluded": False, "status": "scored",
+                                    "verdict": "CORRECT", "f1": 0.5, "answer": "long answer " * 50,
+                                    "memories": [{"id": "m", "content": "memory " * 200}]}
+            for i in range(start, start + n)]
+
+
+def test_streamed_part_file_and_column_pruned_read(tmp_path):
+    run_dir = RunDir(tmp_path)
+    writer = QuestionWriter(run_dir)
+    writer.write(iter([to_table(_rows(2), QUESTION_SCHEMA), to_table(_rows(1, 2), QUESTION_SCHEMA)]))
+    writer.write(iter([]))  # nothing to write: no file
+    writer.write(to_table(_rows(1, 3), QUESTION_SCHEMA))
+    parts = sorted(run_dir.questions.glob("part-*.parquet"))
+    assert [p.name for p in parts] == ["part-00000.parquet", "part-00001.parquet"] and writer.rows_written == 4
+    assert pq.ParquetFile(parts[0]).metadata.num_row_groups == 2  # one row group per table, as they came
+    small = read_questions(run_dir, columns=SUMMARY_COLUMNS)
+    assert small.columns == list(SUMMARY_COLUMNS) and small["question_id"].to_list() == ["q0", "q1", "q2", "q3"]
+    assert "memories" not in small.columns and "answer" not in small.columns
+    assert read_questions(run_dir).select(SUMMARY_COLUMNS).equals(small)
+    with pytest.raises(ValueError, match=r"no columns \['memory'\]"):
+        read_questions(run_dir, columns=["memory"])
