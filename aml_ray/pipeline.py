@@ -1,10 +1,11 @@
-"""The evaluation job on Ray Data: samples -> Ingest -> Search -> Answer -> Judge -> evidence -> scores.
+"""The evaluation job on Ray Data: samples -> Ingest (Adds, then Searches) -> Answer -> Judge -> evidence.
 
 Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_id); its chunks are
-added in order while samples run in parallel; a sample's questions enter Search as soon as that
-sample's Adds are done (no global barrier); Ray Data streams them through Search, Answer and Judge with
-backpressure between operators. Every stage is an actor pool of size 1 with a fractional CPU
-(``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
+added in order while samples run in parallel; a sample's questions are searched as soon as that
+sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
+question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through Answer and Judge with
+backpressure between operators. A retrieval-only run stops after Search. Every stage is an actor pool
+of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
 one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
 """
 
@@ -31,7 +32,7 @@ from aml_ray.ids import IdScheme
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.ray_runtime import on_this_node
-from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
+from aml_ray.stages import AnswerStage, IngestStage, JudgeStage
 
 
 @dataclass
@@ -46,15 +47,13 @@ class PipelineOptions:
     Attributes:
         ingest_parallelism: samples ingested at once (each sample's Adds stay sequential); the Ingest
             actor runs this many tasks (one sample each) concurrently.
-        search_batch_size: questions per Search actor call (Ray Data bundles smaller blocks up to it).
-        batches_in_flight: tasks each Search/Answer/Judge actor runs at once (each task is one input
+        batches_in_flight: tasks each Answer/Judge actor runs at once (each task is one input
             bundle whose batches run concurrently, up to 4); as many again are queued behind them.
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
     """
 
     ingest_parallelism: int = 16
-    search_batch_size: int = 256
     batches_in_flight: int = 8
     model_batch_size: int | None = None
 
@@ -225,6 +224,7 @@ def run_pipeline(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     media_root: str | None = None,
     image_tokens: int | str = "openai_tiles",
+    retrieval_only: bool = False,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -243,6 +243,8 @@ def run_pipeline(
         on_progress: called about twice a second with ``{stage: done}`` counts.
         media_root / image_tokens: Multimodal: the run's media folder and the context cost of an image
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
+        retrieval_only: Add and Search only, no Answer or Judge (no model is called): each question
+            row ends with its memories and status ``retrieved`` (or ``search_error``).
 
     Returns:
         All question rows (scored and excluded) as a polars DataFrame.
@@ -258,8 +260,8 @@ def run_pipeline(
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
     tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
     client = spawn_participant_client(participant)
-    answer_client = None if answer.offline else spawn_model_client(answer)
-    judge_client = None if judge.offline else spawn_model_client(judge)
+    answer_client = None if answer.offline or retrieval_only else spawn_model_client(answer)
+    judge_client = None if judge.offline or retrieval_only else spawn_model_client(judge)
 
     def pool(in_flight: int) -> ActorPoolStrategy:
         # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
@@ -274,27 +276,24 @@ def run_pipeline(
     ds = ray.data.from_items(inputs.sample_rows, override_num_blocks=n_blocks)
     ds = ds.map_batches(IngestStage, batch_size=1, compute=pool(opts.ingest_parallelism),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
-                                               "top_k": top_k, "tracker": tracker}, **common)
-    # A Ray Data task hands its rows on only when it ends. Before an online model stage the blocks must
-    # be small (a few of that stage's batches) or the Judge waits for most Answers, so Search takes
-    # batches of the Answer batch size: its blocks are then one sample's questions (or a few small
-    # samples'). Not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose stage
-    # actors hold 0.1 never has (measured: a 2-node run of 1 CPU each stalled before the first Answer).
+                                               "top_k": top_k, "tracker": tracker, "final": retrieval_only},
+                        **common)
+    # Ingest emits one block per sample, its questions searched. Ray Data bundles blocks up to the
+    # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
+    # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
     answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
-    search_batch = opts.search_batch_size if answer.offline else min(opts.search_batch_size, answer_batch)
-    ds = ds.map_batches(SearchStage, batch_size=search_batch, compute=pool(opts.batches_in_flight),
-                        fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker,
-                                               "media_root": media_root}, **common)
-    ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
-                        fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
-                                               "prompt": answer_prompt,
-                                               "budget_tokens": context_budget_tokens, "tracker": tracker,
-                                               "media_root": media_root, "image_tokens": image_tokens}, **common)
-    ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
-                        fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
-                                               "prompt": judge_prompt, "f1_rule": f1_rule,
-                                               "judge_runs": judge_runs, "scorer": scorer,
-                                               "tracker": tracker}, **common)
+    if not retrieval_only:
+        ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
+                            fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
+                                                   "prompt": answer_prompt,
+                                                   "budget_tokens": context_budget_tokens, "tracker": tracker,
+                                                   "media_root": media_root, "image_tokens": image_tokens},
+                            **common)
+        ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
+                            fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
+                                                   "prompt": judge_prompt, "f1_rule": f1_rule,
+                                                   "judge_runs": judge_runs, "scorer": scorer,
+                                                   "tracker": tracker}, **common)
 
     writer = QuestionWriter(run_dir)
     writer.write(to_table(inputs.excluded_rows, QUESTION_SCHEMA))
