@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aml_ray.scoring.retrieval import RETRIEVED
 from aml_ray.stages._common import call_participant
 
 
@@ -60,10 +61,6 @@ async def search_rows(participant, rows: list[dict[str, Any]], top_k: int, track
                  search_latency_ms=o["latency_ms"], search_request_sha256=o["request_sha256"],
                  search_error=o["error"], memories=o["memories"], n_memories=len(o["memories"]),
                  contract="ok" if o["status"] == "ok" else None)
-
-
-#: Final status of a question in a retrieval-only run whose Search succeeded.
-RETRIEVED = "retrieved"
 
 
 def final_status(row: dict[str, Any]) -> str:
