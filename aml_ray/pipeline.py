@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,9 @@ from typing import Any
 
 import polars as pl
 
-from aml_ray.actors.model import spawn_model_client
-from aml_ray.actors.participant import ParticipantSpec, spawn_participant_client
+from aml_ray.actors.model import JobModel
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
 from aml_ray.contract import AddRequest
 from aml_ray.datasets.base import Sample
@@ -225,6 +227,8 @@ def run_pipeline(
     media_root: str | None = None,
     image_tokens: int | str = "openai_tiles",
     retrieval_only: bool = False,
+    job_key: str | None = None,
+    participant_key: str | None = None,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -245,6 +249,11 @@ def run_pipeline(
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
         retrieval_only: Add and Search only, no Answer or Judge (no model is called): each question
             row ends with its memories and status ``retrieved`` (or ``search_error``).
+        job_key: this job's key (the run id; never a secret): its model calls take the shared endpoint's
+            in-flight slots in turn with other jobs' (:mod:`aml_ray.actors.fair`). None: a fresh one.
+        participant_key: the non-secret version key under which the participant's client is shared
+            with other jobs of this driver (:func:`aml_ray.actors.shared.acquire_participant_client`);
+            None derives it from the spec's non-secret fields.
 
     Returns:
         All question rows (scored and excluded) as a polars DataFrame.
@@ -259,9 +268,19 @@ def run_pipeline(
     opts = options or PipelineOptions()
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
     tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
-    client = spawn_participant_client(participant)
-    answer_client = None if answer.offline or retrieval_only else spawn_model_client(answer)
-    judge_client = None if judge.offline or retrieval_only else spawn_model_client(judge)
+    # Shared with the other jobs this driver runs at once (aml_ray.actors.shared): one client per
+    # participant version and per model endpoint, so declared limits hold across jobs; leases are
+    # released in the finally below, and the last job out closes the actor.
+    job = job_key or uuid.uuid4().hex
+    leases = [acquire_participant_client(participant, job, version_key=participant_key)]
+    client = leases[0].handle
+    answer_client = judge_client = None
+    if not answer.offline and not retrieval_only:
+        leases.append(acquire_model_client(answer, job))
+        answer_client = JobModel(leases[-1].handle, job)
+    if not judge.offline and not retrieval_only:
+        leases.append(acquire_model_client(judge, job))
+        judge_client = JobModel(leases[-1].handle, job)
 
     def pool(in_flight: int) -> ActorPoolStrategy:
         # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
@@ -319,12 +338,7 @@ def run_pipeline(
             poller.join(timeout=2)
         if on_progress is not None:
             on_progress(ray.get(tracker.snapshot.remote()))
-        for actor in (client, answer_client, judge_client):
-            if actor is not None:
-                try:
-                    ray.get(actor.aclose.remote(), timeout=10)
-                except Exception:  # noqa: BLE001 - closing is best effort; the actor dies with the job
-                    pass
-                ray.kill(actor)
+        for lease in leases:
+            lease.release()
         ray.kill(tracker)
     return read_questions(run_dir)

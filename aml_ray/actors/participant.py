@@ -155,7 +155,7 @@ class ParticipantClient:
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._limiter: AsyncLimiter | None = None
-        self._stream_owner: dict[str, str] = {}  # sample -> token of the newest add_stream call
+        self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
 
     def _ensure(self) -> aiohttp.ClientSession:
@@ -353,12 +353,15 @@ class ParticipantClient:
             requests: AddRequest dicts, in order.
             sample / token: the sample and a token unique to this call. A later call for the same sample
                 (the stage re-executed after its worker died) takes over: this stream stops before its
-                next Add, so the sample's Adds are not sent twice by two streams.
+                next Add, so the sample's Adds are not sent twice by two streams. The sample is told
+                apart by its user_id too (which holds the run id): jobs sharing this client (one per
+                version, :mod:`aml_ray.actors.shared`) may run the same dataset's sample at once.
         """
+        owner = (sample, requests[0].get("user_id") if requests else None)
         if sample is not None and token is not None:
-            self._stream_owner[sample] = token
+            self._stream_owner[owner] = token
         for r in requests:
-            if sample is not None and self._stream_owner.get(sample) != token:
+            if sample is not None and self._stream_owner.get(owner) != token:
                 return
             yield await self.add(self._add_request(r))
 
