@@ -303,6 +303,7 @@ def test_job_worker_runs_n_jobs_at_once_and_each_job_once(monkeypatch):
         time.sleep(0.01)
     time.sleep(0.1)
     assert peak[0] == 2 and len(ran) == 2 and not w.idle.is_set()  # two at once, the third waits
+    assert w.running_jobs() == set(ran)
     gate.set()
     assert w.wait_idle(10)
     w.stop()

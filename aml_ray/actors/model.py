@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai

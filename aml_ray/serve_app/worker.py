@@ -56,7 +56,6 @@ class JobWorker:
 
     Attributes:
         idle: set while no job is queued or running.
-        running: ids of the jobs running now (read it under no lock: a snapshot for tests and pages).
     """
 
     def __init__(self, service):
@@ -66,7 +65,7 @@ class JobWorker:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._pending = 0  # submitted and not finished
-        self.running: set[str] = set()
+        self._running: set[str] = set()
         self.idle = threading.Event()
         self.idle.set()
 
@@ -99,6 +98,11 @@ class JobWorker:
             self.idle.clear()
         self._queue.put(job_id)
 
+    def running_jobs(self) -> set[str]:
+        """A copy of the ids of the jobs running now."""
+        with self._lock:
+            return set(self._running)
+
     def wait_idle(self, timeout: float) -> bool:
         """Block until no job is queued or running (tests); returns False on timeout."""
         return self.idle.wait(timeout)
@@ -108,9 +112,11 @@ class JobWorker:
             job_id = self._queue.get()
             if job_id is None:
                 return
-            with self._lock:  # the same id queued twice (requeued at start, then submitted) runs once
-                duplicate = job_id in self.running
-                self.running.add(job_id)
+            # the same id queued twice (requeued at start, then submitted) never runs twice at once, and
+            # run_job skips a job that is no longer queued
+            with self._lock:
+                duplicate = job_id in self._running
+                self._running.add(job_id)
             try:
                 if not duplicate:
                     self.run_job(job_id)
@@ -119,7 +125,7 @@ class JobWorker:
             finally:
                 with self._lock:
                     if not duplicate:
-                        self.running.discard(job_id)
+                        self._running.discard(job_id)
                     self._pending -= 1
                     if self._pending == 0:
                         self.idle.set()
