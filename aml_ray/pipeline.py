@@ -1,31 +1,34 @@
-"""The evaluation job on Ray Data: samples -> Ingest -> Search -> Answer -> Judge -> evidence -> scores.
+"""The evaluation job on Ray Data: samples -> Ingest (Adds, then Searches) -> Answer -> Judge -> evidence.
 
 Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_id); its chunks are
-added in order while samples run in parallel; a sample's questions enter Search as soon as that
-sample's Adds are done (no global barrier); Ray Data streams them through Search, Answer and Judge with
-backpressure between operators. Every stage is an actor pool of size 1 with a fractional CPU
-(``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
+added in order while samples run in parallel; a sample's questions are searched as soon as that
+sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
+question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through Answer and Judge with
+backpressure between operators. A retrieval-only run stops after Search. Every stage is an actor pool
+of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
 one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
 import pyarrow as pa
 
-from aml_ray.actors.model import spawn_model_client
-from aml_ray.actors.participant import ParticipantSpec, spawn_participant_client
+from aml_ray.actors.model import JobModel
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
 from aml_ray.evidence import SUMMARY_COLUMNS, QuestionWriter, RunDir, read_questions
 from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, read_sample_files, stream_steps
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.ray_runtime import on_this_node
-from aml_ray.stages import AnswerStage, IngestStage, JudgeStage, SearchStage
+from aml_ray.stages import AnswerStage, IngestStage, JudgeStage
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
            "stream_steps"]
@@ -57,15 +60,13 @@ class PipelineOptions:
     Attributes:
         ingest_parallelism: samples ingested at once (each sample's Adds stay sequential); the Ingest
             actor runs this many tasks (one sample each) concurrently.
-        search_batch_size: questions per Search actor call (Ray Data bundles smaller blocks up to it).
-        batches_in_flight: tasks each Search/Answer/Judge actor runs at once (each task is one input
+        batches_in_flight: tasks each Answer/Judge actor runs at once (each task is one input
             bundle whose batches run concurrently, up to 4); as many again are queued behind them.
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
     """
 
     ingest_parallelism: int = 16
-    search_batch_size: int = 256
     batches_in_flight: int = 8
     model_batch_size: int | None = None
 
@@ -131,6 +132,9 @@ def run_pipeline(
     on_progress: Callable[[dict[str, int]], None] | None = None,
     media_root: str | None = None,
     image_tokens: int | str = "openai_tiles",
+    retrieval_only: bool = False,
+    job_key: str | None = None,
+    participant_key: str | None = None,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -151,6 +155,13 @@ def run_pipeline(
         on_progress: called about twice a second with ``{stage: done}`` counts.
         media_root / image_tokens: Multimodal: the run's media folder and the context cost of an image
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
+        retrieval_only: Add and Search only, no Answer or Judge (no model is called): each question
+            row ends with its memories and status ``retrieved`` (or ``search_error``).
+        job_key: this job's key (the run id; never a secret): its model calls take the shared endpoint's
+            in-flight slots in turn with other jobs' (:mod:`aml_ray.actors.fair`). None: a fresh one.
+        participant_key: the non-secret version key under which the participant's client is shared
+            with other jobs of this driver (:func:`aml_ray.actors.shared.acquire_participant_client`);
+            None derives it from the spec's non-secret fields.
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
@@ -168,9 +179,19 @@ def run_pipeline(
     opts = options or PipelineOptions()
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
     tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
-    client = spawn_participant_client(participant)
-    answer_client = None if answer.offline else spawn_model_client(answer)
-    judge_client = None if judge.offline else spawn_model_client(judge)
+    # Shared with the other jobs this driver runs at once (aml_ray.actors.shared): one client per
+    # participant version and per model endpoint, so declared limits hold across jobs; leases are
+    # released in the finally below, and the last job out closes the actor.
+    job = job_key or uuid.uuid4().hex
+    leases = [acquire_participant_client(participant, job, version_key=participant_key)]
+    client = leases[0].handle
+    answer_client = judge_client = None
+    if not answer.offline and not retrieval_only:
+        leases.append(acquire_model_client(answer, job))
+        answer_client = JobModel(leases[-1].handle, job)
+    if not judge.offline and not retrieval_only:
+        leases.append(acquire_model_client(judge, job))
+        judge_client = JobModel(leases[-1].handle, job)
 
     def pool(in_flight: int) -> ActorPoolStrategy:
         # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
@@ -187,27 +208,24 @@ def run_pipeline(
                              override_num_blocks=max(1, inputs.n_samples))
     ds = ds.map_batches(IngestFromFiles, batch_size=1, compute=pool(opts.ingest_parallelism),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
-                                               "top_k": top_k, "tracker": tracker}, **common)
-    # A Ray Data task hands its rows on only when it ends. Before an online model stage the blocks must
-    # be small (a few of that stage's batches) or the Judge waits for most Answers, so Search takes
-    # batches of the Answer batch size: its blocks are then one sample's questions (or a few small
-    # samples'). Not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose stage
-    # actors hold 0.1 never has (measured: a 2-node run of 1 CPU each stalled before the first Answer).
+                                               "top_k": top_k, "tracker": tracker, "final": retrieval_only},
+                        **common)
+    # Ingest emits one block per sample, its questions searched. Ray Data bundles blocks up to the
+    # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
+    # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
     answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
-    search_batch = opts.search_batch_size if answer.offline else min(opts.search_batch_size, answer_batch)
-    ds = ds.map_batches(SearchStage, batch_size=search_batch, compute=pool(opts.batches_in_flight),
-                        fn_constructor_kwargs={"participant": client, "top_k": top_k, "tracker": tracker,
-                                               "media_root": media_root}, **common)
-    ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
-                        fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
-                                               "prompt": answer_prompt,
-                                               "budget_tokens": context_budget_tokens, "tracker": tracker,
-                                               "media_root": media_root, "image_tokens": image_tokens}, **common)
-    ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
-                        fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
-                                               "prompt": judge_prompt, "f1_rule": f1_rule,
-                                               "judge_runs": judge_runs, "scorer": scorer,
-                                               "tracker": tracker}, **common)
+    if not retrieval_only:
+        ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
+                            fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
+                                                   "prompt": answer_prompt,
+                                                   "budget_tokens": context_budget_tokens, "tracker": tracker,
+                                                   "media_root": media_root, "image_tokens": image_tokens},
+                            **common)
+        ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
+                            fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
+                                                   "prompt": judge_prompt, "f1_rule": f1_rule,
+                                                   "judge_runs": judge_runs, "scorer": scorer,
+                                                   "tracker": tracker}, **common)
 
     writer = QuestionWriter(run_dir)
     writer.write(iter_excluded(inputs))
@@ -233,12 +251,7 @@ def run_pipeline(
             poller.join(timeout=2)
         if on_progress is not None:
             on_progress(ray.get(tracker.snapshot.remote()))
-        for actor in (client, answer_client, judge_client):
-            if actor is not None:
-                try:
-                    ray.get(actor.aclose.remote(), timeout=10)
-                except Exception:  # noqa: BLE001 - closing is best effort; the actor dies with the job
-                    pass
-                ray.kill(actor)
+        for lease in leases:
+            lease.release()
         ray.kill(tracker)
     return read_questions(run_dir, columns=SUMMARY_COLUMNS)

@@ -5,8 +5,11 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
 ``--mode search`` (default; the main job's acceptance)
     Search throughput of the real pipeline (:func:`aml_ray.pipeline.run_pipeline` over synthetic
     :class:`~aml_ray.pipeline.PipelineInputs`: 100 samples x ``queries/100`` questions, one small Add
-    chunk per sample, offline answerer and judge) against a loopback participant with a fixed latency,
-    at ``--concurrency`` in flight, for ``--queries`` Searches. Printed beside the ideal
+    chunk per sample) against a loopback participant with a fixed latency, at ``--concurrency`` in
+    flight, for ``--queries`` Searches. ``--pipeline both`` (default) measures it twice, each on a fresh
+    Ray: retrieval-only (Ingest and Search, evidence written: the work a plain Search loop does, so the
+    like-for-like comparison) and full (plus the offline answerer and judge, CPU work that shares the
+    same cores). Printed beside the ideal
     (concurrency / latency) and a plain asyncio loop on the same server (aiohttp, and httpx over the
     aiohttp transport), measured in the same run. The pipeline's rate is the steady state seen by the
     server: (N - 1) / (last arrival - first arrival). Also: end-to-end wall time (Ray start + actor pools
@@ -397,8 +400,11 @@ class _LocalCluster:
 
 
 def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, judge, *, top_k: int,
-                     options, exclude_pids: set[int], nodes: int = 1) -> dict[str, Any]:
-    """Start Ray (on ``nodes`` local nodes), run the pipeline, stop Ray; returns timings and memory."""
+                     options, exclude_pids: set[int], nodes: int = 1, retrieval_only: bool = False) -> dict[str, Any]:
+    """Start Ray (on ``nodes`` local nodes), run the pipeline, stop Ray; returns timings and memory.
+
+    ``retrieval_only``: Ingest and Search only (``run_pipeline(retrieval_only=True)``), no Answer/Judge.
+    """
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.evidence import RunDir
     from aml_ray.pipeline import run_pipeline
@@ -417,7 +423,7 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
             out["mono_start"] = time.monotonic()
             questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
                                      judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
-                                     top_k=top_k, options=options)
+                                     top_k=top_k, options=options, retrieval_only=retrieval_only)
             t2 = time.perf_counter()
             out["mono_end"] = time.monotonic()
             out["driver_rss_after"] = _proc_status(os.getpid()).get("VmRSS", 0)
@@ -433,7 +439,7 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
                                           if a["ActorClassName"].startswith("MapWorker(")})
         finally:
             ray_nodes.__exit__(None, None, None)
-        scored = int((questions["status"] == "scored").sum())
+        scored = int(questions["status"].is_in(["scored", "retrieved"]).sum())
     worker_hwm, worker_name = rss.largest_worker()
     out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
@@ -456,16 +462,20 @@ def search_run(args) -> dict[str, Any]:
                        "--memories", str(args.memories)) as server:
         res: dict[str, Any] = {"plain_aiohttp": measure_plain(server, "aiohttp", args.queries, args.concurrency),
                                "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency)}
-        server.reset()
-        pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
-                                top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
-                                exclude_pids={server.proc.pid}, nodes=args.nodes)
-        n, rate = server.rate("search")
-        stats = server.stats()
-        pipe.update(rate=rate, searches=n, adds=stats["n"].get("add", 0), server_max_in_flight=stats["max_in_flight"],
-                    over_capacity=stats["over_capacity"], timeline=stats["timeline"].get("search", {}))
-        assert pipe["scored"] == args.queries, pipe
-        res["pipeline"] = pipe
+        kinds = ["retrieval", "full"] if args.pipeline == "both" else [args.pipeline]
+        for kind, key in zip(kinds, ("pipeline", "pipeline_full")):
+            server.reset()
+            pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
+                                    top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
+                                    exclude_pids={server.proc.pid}, nodes=args.nodes,
+                                    retrieval_only=kind == "retrieval")
+            n, rate = server.rate("search")
+            stats = server.stats()
+            pipe.update(rate=rate, searches=n, adds=stats["n"].get("add", 0), kind=kind,
+                        server_max_in_flight=stats["max_in_flight"], over_capacity=stats["over_capacity"],
+                        timeline=stats["timeline"].get("search", {}))
+            assert pipe["scored"] == args.queries, pipe
+            res[key] = pipe
     tmp.cleanup()
     res["ideal"] = args.concurrency / (args.latency_ms / 1000)
     return res
@@ -616,7 +626,7 @@ def e2e_run(args) -> dict[str, Any]:
 
 def pipeline_options(args, cls):
     kw = {}
-    for name in ("ingest_parallelism", "search_batch_size", "batches_in_flight", "model_batch_size"):
+    for name in ("ingest_parallelism", "batches_in_flight", "model_batch_size"):
         value = getattr(args, name)
         if value is not None:
             kw[name] = value
@@ -648,15 +658,22 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     print(f"  ideal (concurrency / latency)            {_rate(ideal):>14}")
     print(f"  plain asyncio loop, aiohttp              {_rate(pa):>14}   {pa / ideal:.2f} x ideal")
     print(f"  plain asyncio loop, httpx+aiohttp        {_rate(ph):>14}   {ph / ideal:.2f} x ideal")
-    print(f"  aml-ray pipeline (run_pipeline)          {_rate(pp):>14}   {pp / ideal:.2f} x ideal, "
+    label = {"retrieval": "pipeline, retrieval-only", "full": "pipeline, + offline Answer/Judge"}
+    print(f"  aml-ray {label[runs[0]['pipeline']['kind']]:<32}{_rate(pp):>14}   {pp / ideal:.2f} x ideal, "
           f"{_med(ratios_a):.2f} x plain aiohttp, {_med(ratios_h):.2f} x plain httpx+aiohttp (same-run ratios)")
+    if all("pipeline_full" in r for r in runs):
+        pf = _med(get("pipeline_full.rate"))
+        print(f"  aml-ray {label['full']:<32}{_rate(pf):>14}   {pf / ideal:.2f} x ideal, "
+              f"{_med([r['pipeline_full']['rate'] / r['plain_aiohttp']['rate'] for r in runs]):.2f} x plain aiohttp "
+              "(same 2 cores also run the offline answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
           f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
     print(f"  per run: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.rate'))}; "
           f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.rate'))}; "
           f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.rate'))}")
+    what = "Adds+Searches" if runs[0]["pipeline"]["kind"] == "retrieval" else "Adds+Searches+Answers+Judges"
     print(f"  wall: Ray start {_med(get('pipeline.ray_start_s')):.1f} s + run_pipeline (actor pools, "
-          f"{args.queries:,} Adds+Searches+Answers+Judges, evidence) {_med(get('pipeline.pipeline_s')):.1f} s = "
+          f"{args.queries:,} {what}, evidence) {_med(get('pipeline.pipeline_s')):.1f} s = "
           f"end to end {_med(get('pipeline.end_to_end_s')):.1f} s; plain aiohttp loop "
           f"{_med(get('plain_aiohttp.wall_s')):.1f} s")
     _print_load(runs)
@@ -780,6 +797,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
     p.add_argument("--concurrency", type=int, default=64, help="participant max in flight (declared capacity)")
     p.add_argument("--memories", type=int, default=10, help="items per Search reply")
+    p.add_argument("--pipeline", choices=["both", "retrieval", "full"], default="both",
+                   help="--mode search: the retrieval-only pipeline (Add+Search, what the plain loops do), the full "
+                        "one with the offline answerer and judge, or both (default), each on a fresh Ray")
     p.add_argument("--top-k", type=int, default=100)
     p.add_argument("--scale", type=int, default=1, choices=[1, 10, 100], help="--mode e2e corpus scale")
     p.add_argument("--model-latency-ms", type=float, default=200.0)
@@ -792,7 +812,7 @@ def main(argv: list[str] | None = None) -> None:
                         "of the 10-thread pool (default: all at --scale 1, 10 = one round above)")
     p.add_argument("--repeat", type=int, default=1, help="independent runs, each in a fresh process; median")
     p.add_argument("--json", type=Path, default=None, help="also write all runs' figures here")
-    for name in ("ingest-parallelism", "search-batch-size", "batches-in-flight", "model-batch-size"):
+    for name in ("ingest-parallelism", "batches-in-flight", "model-batch-size"):
         p.add_argument(f"--{name}", type=int, default=None, help="PipelineOptions override")
     p.add_argument("--nodes", type=int, default=1, help="local Ray nodes (2: ray.cluster_utils.Cluster, CPUs split)")
     p.add_argument("--verbose", action="store_true", help="also print CPU seconds per process")

@@ -16,7 +16,13 @@ Participant (``participant``):
 Model (``model``):
     POST /v1/chat/completions  sleeps ``--latency-ms``; a prompt that asks for a ``"label"`` (the judge)
                                gets ``{"label": "CORRECT"}``, any other prompt a short answer.
-    GET /stats, POST /reset    as above (kinds ``answer`` and ``judge``, first/last arrival).
+    GET /stats, POST /reset    as above (kinds ``answer`` and ``judge``, first/last arrival), plus
+                               ``max_in_flight_by_kind``; with ``--tag-regex R`` also ``calls``: one
+                               ``[arrival, done, kind, tag]`` per call in arrival order (``time.monotonic``
+                               of the server; ``tag`` = R's first group in the prompt, or ``""``), so a
+                               drill can tell which job each call came from.
+    POST /hold, POST /go       hold every call (in flight, unanswered) until ``/go``: a drill lets queues
+                               build up behind the endpoint's in-flight limit, then lets them drain.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ class Counters:
         self.max_in_flight = 0
         self.over_capacity = 0
         self.timeline: dict[str, dict[int, int]] = {}  # kind -> {100 ms bucket since first arrival: count}
+        self.in_flight_by_kind: dict[str, int] = {}
+        self.max_in_flight_by_kind: dict[str, int] = {}
+        self.calls: list[list] = []  # [arrival, done, kind, tag] (model server with --tag-regex)
 
     def arrive(self, kind: str) -> None:
         now = time.monotonic()
@@ -56,9 +65,23 @@ class Counters:
         line = self.timeline.setdefault(kind, {})
         line[bucket] = line.get(bucket, 0) + 1
 
+    def enter(self, kind: str, capacity: int) -> None:
+        """One request of ``kind`` starts being served (in-flight peaks, total and per kind)."""
+        self.in_flight += 1
+        if self.in_flight > capacity:
+            self.over_capacity += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        n = self.in_flight_by_kind[kind] = self.in_flight_by_kind.get(kind, 0) + 1
+        self.max_in_flight_by_kind[kind] = max(self.max_in_flight_by_kind.get(kind, 0), n)
+
+    def leave(self, kind: str) -> None:
+        self.in_flight -= 1
+        self.in_flight_by_kind[kind] -= 1
+
     def snapshot(self) -> dict[str, Any]:
         return {"n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
-                "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline}
+                "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline,
+                "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls}
 
 
 def participant_app(latency_s: float, add_latency_s: float, capacity: int, memories: int):
@@ -71,15 +94,12 @@ def participant_app(latency_s: float, add_latency_s: float, capacity: int, memor
     async def serve(kind: str, delay: float, request) -> bytes:
         raw = await request.read()
         counters.arrive(kind)
-        counters.in_flight += 1
-        if counters.in_flight > capacity:
-            counters.over_capacity += 1
-        counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        counters.enter(kind, capacity)
         try:
             async with gate:
                 await asyncio.sleep(delay)
         finally:
-            counters.in_flight -= 1
+            counters.leave(kind)
         return raw
 
     async def add(request):
@@ -108,26 +128,37 @@ def participant_app(latency_s: float, add_latency_s: float, capacity: int, memor
     return app
 
 
-def model_app(latency_s: float, capacity: int):
+def model_app(latency_s: float, capacity: int, tag_regex: str | None = None):
+    import re
+
     from aiohttp import web
 
     counters = Counters()
     gate = asyncio.Semaphore(capacity)
+    tag_re = re.compile(tag_regex) if tag_regex else None
+    open_ = asyncio.Event()  # cleared by /hold, set by /go
+    open_.set()
 
     async def complete(request):
         body = await request.json()
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
         judge = '"label"' in prompt
-        counters.arrive("judge" if judge else "answer")
-        counters.in_flight += 1
-        if counters.in_flight > capacity:
-            counters.over_capacity += 1
-        counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+        kind = "judge" if judge else "answer"
+        counters.arrive(kind)
+        call = None
+        if tag_re is not None:
+            found = tag_re.search(prompt)
+            call = [time.monotonic(), None, kind, found.group(1) if found else ""]
+            counters.calls.append(call)
+        counters.enter(kind, capacity)
         try:
+            await open_.wait()
             async with gate:
                 await asyncio.sleep(latency_s)
         finally:
-            counters.in_flight -= 1
+            counters.leave(kind)
+            if call is not None:
+                call[1] = time.monotonic()
         text = 'Same thing as the gold answer.\n{"label": "CORRECT"}' if judge else "loopback answer"
         return web.json_response({
             "id": "chatcmpl-loopback", "object": "chat.completion", "created": int(time.time()),
@@ -145,9 +176,17 @@ def model_app(latency_s: float, capacity: int):
         counters.reset()
         return web.json_response({"ok": True})
 
+    async def hold(_request):
+        open_.clear()
+        return web.json_response({"held": True})
+
+    async def go(_request):
+        open_.set()
+        return web.json_response({"held": False, "at": time.monotonic()})
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.add_routes([web.post("/v1/chat/completions", complete), web.get("/stats", stats),
-                    web.post("/reset", reset)])
+                    web.post("/reset", reset), web.post("/hold", hold), web.post("/go", go)])
     return app
 
 
@@ -171,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
     p.add_argument("--capacity", type=int, default=100_000, help="requests served at once; more wait in a queue")
     p.add_argument("--memories", type=int, default=10, help="items per Search reply (at most top_k)")
+    p.add_argument("--tag-regex", default=None,
+                   help="model: log every call with this regex's first group in the prompt (GET /stats 'calls')")
     a = p.parse_args(argv)
     try:
         import uvloop
@@ -182,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         add_latency = a.latency_ms if a.add_latency_ms is None else a.add_latency_ms
         app = participant_app(a.latency_ms / 1000, add_latency / 1000, a.capacity, a.memories)
     else:
-        app = model_app(a.latency_ms / 1000, a.capacity)
+        app = model_app(a.latency_ms / 1000, a.capacity, a.tag_regex)
     asyncio.run(_serve(app, a.port))
 
 
@@ -228,11 +269,15 @@ class ServerProcess:
             return json.loads(resp.read())
 
     def reset(self) -> None:
+        self.post("reset")
+
+    def post(self, path: str) -> dict[str, Any]:
+        """POST ``/<path>`` (``reset``; the model server's ``hold`` and ``go``) and return the JSON reply."""
         import urllib.request
 
-        req = urllib.request.Request(f"{self.base_url}/reset", data=b"{}", method="POST")
-        with urllib.request.urlopen(req, timeout=10):
-            pass
+        req = urllib.request.Request(f"{self.base_url}/{path}", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
 
     def rate(self, kind: str) -> tuple[int, float | None]:
         """(arrivals, steady-state rate N/(last-first) in req/s) for ``kind`` since the last reset."""

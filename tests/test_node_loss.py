@@ -43,16 +43,16 @@ def test_job_survives_worker_node_loss(tmp_path, when):
     assert res["alive_nodes"] == [res["head_node"]] and res["node_dead_s"] is not None
     stages = {a["class"][len("MapWorker(MapBatches("):-2]: a
               for a in res["actors"] if a["class"].startswith("MapWorker(")}
-    assert sorted(stages) == ["AnswerStage", "IngestFromFiles", "JudgeStage", "SearchStage"], res["actors"]
+    assert sorted(stages) == ["AnswerStage", "IngestFromFiles", "JudgeStage"], res["actors"]
     if "--remove-after" in when:
         # lost mid-Ingest: some Adds journalled, others still to send; the restarted Ingest sent them
         assert 10 <= res["rows_at_removal"] < res["chunks"] == 55
         assert res["recover_add_s"] is not None
         restarted = list(stages)
     else:
-        # lost while the first conversation's questions were being searched (Ingest may have ended)
+        # lost while the first conversation's questions were being searched (by its Ingest task)
         assert res["counts_at_removal"].get("add", 0) > 0 and res["counts_at_removal"].get("search", 0) == 0
-        restarted = ["SearchStage", "AnswerStage", "JudgeStage"]
+        restarted = list(stages)
     # the stage actors that were alive on the worker node died with it and were restarted on the head
     for name in restarted:
         assert stages[name]["node"] == res["head_node"] and stages[name]["restarts"] >= 1, stages[name]

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 
-MODULES = ["normalize", "f1", "bleu", "lexical_judge", "judge_parse", "aggregate"]
+MODULES = ["normalize", "f1", "bleu", "lexical_judge", "judge_parse", "aggregate", "retrieval"]
 
 
 @pytest.mark.parametrize("name", MODULES)

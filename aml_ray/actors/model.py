@@ -1,10 +1,14 @@
 """ModelClient: the one owner of traffic to an OpenAI-compatible model endpoint (answer or judge).
 
-A plain class (tested directly) that runs as a Ray actor, one per model endpoint
-(:func:`spawn_model_client`), so that endpoint's concurrency limit holds across stages and jobs.
+A plain class (tested directly) that runs as a Ray actor, one per model endpoint identity in the
+driver (:func:`aml_ray.actors.shared.acquire_model_client`), so that endpoint's limits hold across
+stages and across every job the driver runs at once. Every call carries its job key (the run id);
+admission to the endpoint's in-flight slots is round-robin across jobs with waiting requests
+(:class:`aml_ray.actors.fair.FairSlots`), so a job with 10,000 questions queued cannot starve one with
+100.
 Uses the openai SDK with its aiohttp transport (``DefaultAioHttpClient``), temperature 0, and the
 platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After.
-Limits: max in-flight requests (semaphore), requests/minute and tokens/minute (aiolimiter buckets; the
+Limits: max in-flight requests (fair slots), requests/minute and tokens/minute (aiolimiter buckets; the
 token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
 (:mod:`aml_ray.pricing`) are recorded per call.
@@ -14,18 +18,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
 from aiolimiter import AsyncLimiter
 
+from aml_ray.actors.fair import FairSlots
 from aml_ray.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.pricing import estimate_cost_usd
 from aml_ray.media import text_of
 from aml_ray.tokens import count_tokens
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+
+
+#: The job key of a call that names none (a local client in ``aml-ray rejudge``, a bare actor handle).
+DEFAULT_JOB = "default"
 
 
 class ModelError(Exception):
@@ -49,7 +59,7 @@ class ModelClient:
         self.endpoint = endpoint
         self.retry = retry
         self._client: openai.AsyncOpenAI | None = None
-        self._sem: asyncio.Semaphore | None = None
+        self._slots: FairSlots | None = None
         self._rpm = AsyncLimiter(endpoint.rpm, 60) if endpoint.rpm else None
         self._tpm = AsyncLimiter(endpoint.tpm, 60) if endpoint.tpm else None
         self._cache = AnswerCache(Path(endpoint.cache_path)) if endpoint.cache_path else None
@@ -61,7 +71,7 @@ class ModelClient:
                 base_url=self.endpoint.base_url, api_key=key, max_retries=0,
                 timeout=self.endpoint.timeout_s, http_client=openai.DefaultAioHttpClient(),
             )
-            self._sem = asyncio.Semaphore(self.endpoint.max_in_flight)
+            self._slots = FairSlots(self.endpoint.max_in_flight)
         return self._client
 
     async def aclose(self) -> None:
@@ -73,10 +83,18 @@ class ModelClient:
             self._cache.close()
             self._cache = None
 
-    async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int) -> tuple[str, dict[str, int], float]:
+    def load(self) -> dict[str, Any]:
+        """``{"in_use": slots held, "waiting": {job: requests waiting}}`` (for drills and tests)."""
+        if self._slots is None:
+            return {"in_use": 0, "waiting": {}}
+        return {"in_use": self._slots.in_use, "waiting": self._slots.waiting()}
+
+    async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int,
+                       job: str) -> tuple[str, dict[str, int], float]:
         client = self._ensure()
-        assert self._sem is not None
-        async with self._sem:
+        assert self._slots is not None
+        # the RPM/TPM buckets are taken inside the slot: slots are granted fairly, so rate is shared too
+        async with self._slots.slot(job):
             if self._rpm is not None:
                 await self._rpm.acquire()
             if self._tpm is not None:
@@ -104,7 +122,7 @@ class ModelClient:
         return text, usage, latency_ms
 
     async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 512,
-                       prompt_sha256: str = "", use_cache: bool = True) -> dict[str, Any]:
+                       prompt_sha256: str = "", use_cache: bool = True, job: str = DEFAULT_JOB) -> dict[str, Any]:
         """One chat completion at temperature 0.
 
         Args:
@@ -113,6 +131,8 @@ class ModelClient:
             prompt_sha256: hash of the template the messages were rendered from (part of the cache key).
             use_cache: read the reply cache (a repeated judge run passes False); good replies are
                 always written.
+            job: the calling job's key (its run id): every attempt waits for an in-flight slot in this
+                job's turn (:class:`aml_ray.actors.fair.FairSlots`). Never a secret.
 
         Returns:
             ``{status: "ok"|"error", text, attempts, latency_ms, prompt_tokens, completion_tokens,
@@ -130,7 +150,7 @@ class ModelClient:
             async for attempt in self.retry.retrying():
                 with attempt:
                     out["attempts"] += 1
-                    text, usage, latency = await self._attempt(messages, max_tokens)
+                    text, usage, latency = await self._attempt(messages, max_tokens, job)
             out.update(text=text, latency_ms=latency, **usage)
             out["cost_usd"] = estimate_cost_usd(self.endpoint.model, usage["prompt_tokens"],
                                                 usage["completion_tokens"])
@@ -145,11 +165,28 @@ class ModelClient:
         return out
 
     async def complete_batch(self, batch: list[list[dict[str, Any]]], *, max_tokens: int = 512,
-                             prompt_sha256: str = "", use_cache: bool = True) -> list[dict[str, Any]]:
-        """Many completions concurrently (bounded by the limits); results in input order."""
+                             prompt_sha256: str = "", use_cache: bool = True,
+                             job: str = DEFAULT_JOB) -> list[dict[str, Any]]:
+        """Many completions concurrently (bounded by the limits, in ``job``'s turns); results in input order."""
         return list(await asyncio.gather(*(
-            self.complete(m, max_tokens=max_tokens, prompt_sha256=prompt_sha256, use_cache=use_cache)
+            self.complete(m, max_tokens=max_tokens, prompt_sha256=prompt_sha256, use_cache=use_cache, job=job)
             for m in batch)))
+
+
+@dataclass(frozen=True)
+class JobModel:
+    """A shared ``ModelClient`` actor handle bound to one job's key: what a pipeline hands its stages.
+
+    Picklable (an actor handle and a string), so it travels to Ray Data's stage actors in place of the
+    bare handle; :class:`ActorModel` unwraps it and sends ``job`` with every call.
+
+    Attributes:
+        actor: the ``ModelClient`` actor handle (shared by every job using the endpoint).
+        job: the job's key (its run id; never a secret).
+    """
+
+    actor: Any
+    job: str
 
 
 class ActorModel:
@@ -157,17 +194,28 @@ class ActorModel:
 
     Stages and ``aml-ray rejudge`` share one judging/answering code path: the stage wraps the actor
     handle, the re-judge passes a local :class:`ModelClient`.
+
+    Args:
+        handle: a :class:`JobModel` (calls carry its job key) or a bare actor handle (calls carry
+            :data:`DEFAULT_JOB`).
     """
 
     def __init__(self, handle):
-        self.handle = handle
+        if isinstance(handle, JobModel):
+            self.handle, self.job = handle.actor, handle.job
+        else:
+            self.handle, self.job = handle, DEFAULT_JOB
 
     async def complete_batch(self, batch, **kw):
-        return await self.handle.complete_batch.remote(batch, **kw)
+        return await self.handle.complete_batch.remote(batch, job=self.job, **kw)
 
 
 def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
-    """Start the ``ModelClient`` Ray actor for one endpoint (shared by name when given)."""
+    """Start the ``ModelClient`` Ray actor for one endpoint (shared by name when given).
+
+    Pipelines get theirs through :func:`aml_ray.actors.shared.acquire_model_client`, which shares one
+    per endpoint identity among the driver's jobs and closes it when the last job is done.
+    """
     import ray
 
     from aml_ray.ray_runtime import on_this_node

@@ -31,8 +31,8 @@ from aml_ray.contract import (
     AddRequest,
     ContractError,
     SearchRequest,
+    search_memories,
     validate_add_response,
-    validate_search_response,
 )
 from aml_ray.media import MediaLimits, media_context
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
@@ -155,7 +155,7 @@ class ParticipantClient:
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._limiter: AsyncLimiter | None = None
-        self._stream_owner: dict[str, str] = {}  # sample -> token of the newest add_stream call
+        self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
 
     def _ensure(self) -> aiohttp.ClientSession:
@@ -185,7 +185,7 @@ class ParticipantClient:
         return text.replace(secret, "***") if secret else text
 
     async def _attempt(self, url: str, data: bytes, retry_statuses: frozenset[int], stage: str,
-                       rid: str) -> tuple[int, Any, float]:
+                       rid: str) -> tuple[int, bytes, float]:
         client = self._ensure()
         assert self._sem is not None
         async with self._sem:
@@ -206,12 +206,7 @@ class ParticipantClient:
             raise TransientError(f"HTTP {status}", status, parse_retry_after(retry_after))
         if status not in (200, 202):
             raise ParticipantError(stage, status, rid, self._redact(_text(raw)[:300]))
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            raise ContractError("body", f"HTTP {status} body is not valid JSON: "
-                                f"{self._redact(_text(raw)[:120])!r}", rid) from None
-        return status, body, latency_ms
+        return status, raw, latency_ms
 
     async def _call(self, url: str, payload: dict[str, Any], retry_statuses: frozenset[int], stage: str,
                     rid: str) -> dict[str, Any]:
@@ -222,7 +217,7 @@ class ParticipantClient:
         t0 = time.perf_counter()
         try:
             # Fast path: most requests succeed at once, so the retry loop is only built after a failure.
-            status, body, latency = await self._attempt(url, data, retry_statuses, stage, rid)
+            status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
         except TransientError as exc:
             outcome["retried_statuses"].append(exc.status or 0)
             outcome["http_status"] = exc.status
@@ -235,7 +230,7 @@ class ParticipantClient:
                             raise failed
                         outcome["attempts"] += 1
                         try:
-                            status, body, latency = await self._attempt(url, data, retry_statuses, stage, rid)
+                            status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
                         except TransientError as again:
                             outcome["retried_statuses"].append(again.status or 0)
                             outcome["http_status"] = again.status
@@ -244,7 +239,7 @@ class ParticipantClient:
                 outcome["error"] = f"gave up after {outcome['attempts']} attempts: {last.reason}"
                 outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
                 return outcome
-        outcome.update(http_status=status, latency_ms=latency, status="ok", body=body)
+        outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
 
@@ -271,8 +266,13 @@ class ParticipantClient:
             # died asks again): return that outcome instead of sending it a second time.
             return dict(done)
         out = await self._call(self.spec.add_url, payload, ADD_RETRY_STATUSES, "add", rid)
-        body = out.pop("body", None)
+        raw = out.pop("raw", None)
         if out["status"] == "ok":
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                raise ContractError("body", f"HTTP {out['http_status']} body is not valid JSON: "
+                                    f"{self._redact(_text(raw)[:120])!r}", rid) from None
             task_id = validate_add_response(request, out["http_status"], body,
                                             add_status_url=self.spec.add_status_url)
             if task_id is not None:
@@ -319,14 +319,14 @@ class ParticipantClient:
             ContractError, ParticipantError: as :meth:`add`.
         """
         out = await self._call(self.spec.search_url, request.to_body(), SEARCH_RETRY_STATUSES, "search", ref)
-        body = out.pop("body", None)
+        raw = out.pop("raw", None)
         out["memories"] = []
         if out["status"] == "ok":
-            items = validate_search_response(request, out["http_status"], body, request_id=ref,
-                                             media=self.spec.media)
-            # the four declared fields, as model_dump() gives them, without its per-item cost
-            out["memories"] = [{"id": i.id, "content": i.content, "score": i.score, "created_at": i.created_at}
-                               for i in items]
+            try:
+                out["memories"] = search_memories(raw, out["http_status"], request, request_id=ref,
+                                                  media=self.spec.media)
+            except ContractError as exc:  # the reason may quote the body: never the secret
+                raise ContractError(exc.field, self._redact(exc.reason), exc.request_id) from None
         return out
 
     async def search_many(self, requests: list[tuple[SearchRequest, str]]) -> list[dict[str, Any]]:
@@ -353,12 +353,15 @@ class ParticipantClient:
             requests: AddRequest dicts, in order.
             sample / token: the sample and a token unique to this call. A later call for the same sample
                 (the stage re-executed after its worker died) takes over: this stream stops before its
-                next Add, so the sample's Adds are not sent twice by two streams.
+                next Add, so the sample's Adds are not sent twice by two streams. The sample is told
+                apart by its user_id too (which holds the run id): jobs sharing this client (one per
+                version, :mod:`aml_ray.actors.shared`) may run the same dataset's sample at once.
         """
+        owner = (sample, requests[0].get("user_id") if requests else None)
         if sample is not None and token is not None:
-            self._stream_owner[sample] = token
+            self._stream_owner[owner] = token
         for r in requests:
-            if sample is not None and self._stream_owner.get(sample) != token:
+            if sample is not None and self._stream_owner.get(owner) != token:
                 return
             yield await self.add(self._add_request(r))
 

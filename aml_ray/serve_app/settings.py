@@ -9,6 +9,8 @@ Environment variables (besides those of :mod:`aml_ray.config`):
 - ``AML_EDITION``: the edition quotas are counted in (default ``cycle-2``).
 - ``AML_ALLOW_LOOPBACK``: ``1`` accepts loopback participant endpoints. Operators' own test setups only;
   never on a public deployment.
+- ``AML_MAX_CONCURRENT_JOBS``: jobs the worker runs at once (default 2, at least 1); see
+  :class:`aml_ray.serve_app.worker.JobWorker`.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from aml_ray.config import data_dir
+from aml_ray.config import _number, data_dir  # _number: the env number rule of the model limits
 from aml_ray.security import MASTER_KEYS_ENV
 from aml_ray.store.engine import database_url
 
+#: Jobs the worker runs at once unless ``AML_MAX_CONCURRENT_JOBS`` says otherwise.
+DEFAULT_MAX_CONCURRENT_JOBS = 2
 #: Tracks and the datasets their suite runs (only Textual has a dataset adapter so far).
 TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ()}
 
@@ -81,6 +85,9 @@ class ServiceSettings:
         run_worker: start the background job worker (off for tests that only exercise routes).
         health_check: GET the declared health URL when an access request is submitted.
         num_cpus: CPUs for a Ray cluster a job starts itself (ignored when Ray is running).
+        max_concurrent_jobs: jobs the worker runs at once, each in its own thread (issue 7: many
+            participants at once); they share each participant version's and each model endpoint's
+            declared limits (:mod:`aml_ray.actors.shared`).
     """
 
     database_url: str
@@ -96,6 +103,11 @@ class ServiceSettings:
     run_worker: bool = True
     health_check: bool = True
     num_cpus: int | None = None
+    max_concurrent_jobs: int = DEFAULT_MAX_CONCURRENT_JOBS
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_jobs < 1:
+            raise ValueError(f"max_concurrent_jobs must be >= 1, got {self.max_concurrent_jobs}")
 
     def __repr__(self) -> str:  # never print the token or the master keys
         return (f"ServiceSettings(database_url={self.database_url.split('@')[-1]!r}, edition={self.edition!r}, "
@@ -119,7 +131,9 @@ class ServiceSettings:
         return cls(database_url=database_url(env), master_keys=[SecretStr(k) for k in keys],
                    admin_token=SecretStr(token) if token else None,
                    allow_loopback=env.get("AML_ALLOW_LOOPBACK") == "1",
-                   edition=env.get("AML_EDITION") or "cycle-2")
+                   edition=env.get("AML_EDITION") or "cycle-2",
+                   max_concurrent_jobs=_number(env, "AML_MAX_CONCURRENT_JOBS", int) or DEFAULT_MAX_CONCURRENT_JOBS)
+
 
 
 def _local_master_key(path: Path) -> str:

@@ -1,9 +1,14 @@
 """The background job worker: runs queued jobs through :func:`aml_ray.evaluation.evaluate`.
 
-One daemon thread takes job ids from a queue (jobs queued before a restart are picked up again; jobs
-left ``running`` are marked failed). For each job it re-validates the version's endpoints (DNS may have
-changed since submission), decrypts the Memory System Key into the in-memory ``ParticipantSpec`` only,
-runs the evaluation, stores the result and, for a full job, opens its review with the publication gate.
+``settings.max_concurrent_jobs`` daemon threads (``AML_MAX_CONCURRENT_JOBS``, default 2) take job ids
+from one queue, so that many jobs run at once (jobs queued before a restart are picked up again; jobs
+left ``running`` are marked failed). Ray Data runs each job's dataset from its own thread of this one
+driver process, and the jobs share each participant version's and each model endpoint's client actor
+(:mod:`aml_ray.actors.shared`): every version and endpoint keeps its declared limits however many jobs
+use it, and a model endpoint's slots go round-robin across jobs (:mod:`aml_ray.actors.fair`). For each
+job a thread re-validates the version's endpoints (DNS may have changed since submission), decrypts the
+Memory System Key into the in-memory ``ParticipantSpec`` only, runs the evaluation, stores the result
+and, for a full job, opens its review with the publication gate.
 
 Error summaries are redacted: the decrypted secret is replaced wherever it could appear.
 """
@@ -44,21 +49,28 @@ def redact(text: str, secret: SecretStr | None) -> str:
 
 
 class JobWorker:
-    """Runs jobs one at a time in a daemon thread.
+    """Runs up to ``settings.max_concurrent_jobs`` jobs at once, each in its own daemon thread.
 
     Args:
         service: the :class:`aml_ray.serve_app.deps.Service` (settings, sessions, secret box).
+
+    Attributes:
+        idle: set while no job is queued or running.
     """
 
     def __init__(self, service):
         self.service = service
+        self.n_threads = service.settings.max_concurrent_jobs
         self._queue: queue.Queue[str | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._pending = 0  # submitted and not finished
+        self._running: set[str] = set()
         self.idle = threading.Event()
         self.idle.set()
 
     def start(self) -> None:
-        """Fail jobs interrupted by a restart, requeue queued ones, start the thread."""
+        """Fail jobs interrupted by a restart, requeue queued ones, start the threads."""
         with self.service.sessions.begin() as session:
             n = fail_interrupted(session)
             pending = queued_job_ids(session)
@@ -66,22 +78,33 @@ class JobWorker:
             log.warning("marked %d interrupted job(s) failed", n)
         for job_id in pending:
             self.submit(job_id)
-        self._thread = threading.Thread(target=self._loop, name="aml-job-worker", daemon=True)
-        self._thread.start()
+        for i in range(self.n_threads):
+            thread = threading.Thread(target=self._loop, name=f"aml-job-worker-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Ask the thread to stop after the current job."""
-        self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Ask every thread to stop after its current job; wait up to ``timeout`` seconds in all."""
+        for _ in self._threads:
+            self._queue.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def submit(self, job_id: str) -> None:
         """Queue a job id."""
-        self.idle.clear()
+        with self._lock:
+            self._pending += 1
+            self.idle.clear()
         self._queue.put(job_id)
 
+    def running_jobs(self) -> set[str]:
+        """A copy of the ids of the jobs running now."""
+        with self._lock:
+            return set(self._running)
+
     def wait_idle(self, timeout: float) -> bool:
-        """Block until the queue is empty and no job runs (tests); returns False on timeout."""
+        """Block until no job is queued or running (tests); returns False on timeout."""
         return self.idle.wait(timeout)
 
     def _loop(self) -> None:
@@ -89,13 +112,23 @@ class JobWorker:
             job_id = self._queue.get()
             if job_id is None:
                 return
+            # the same id queued twice (requeued at start, then submitted) never runs twice at once, and
+            # run_job skips a job that is no longer queued
+            with self._lock:
+                duplicate = job_id in self._running
+                self._running.add(job_id)
             try:
-                self.run_job(job_id)
+                if not duplicate:
+                    self.run_job(job_id)
             except Exception:  # the worker must survive any job; the job is marked failed in run_job
                 log.exception("job %s: worker error", job_id)
             finally:
-                if self._queue.empty():
-                    self.idle.set()
+                with self._lock:
+                    if not duplicate:
+                        self._running.discard(job_id)
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self.idle.set()
 
     def run_job(self, job_id: str) -> None:
         """Run one job to completion or failure (status, result and review written to the store)."""

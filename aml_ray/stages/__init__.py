@@ -1,8 +1,8 @@
-"""The pipeline's stages as Ray Data callable classes: Ingest -> Search -> Answer -> Judge.
+"""The pipeline's stages as Ray Data callable classes: Ingest (Adds, then Searches) -> Answer -> Judge.
 
 Each stage receives a pyarrow batch of rows and returns one; rows are question rows of
 :data:`aml_ray.evidence.QUESTION_SCHEMA` (the Ingest stage turns one sample row into that sample's
-question rows). Stages never talk HTTP themselves: they send one actor call per batch to the
+question rows, searched right after the sample's Adds: :mod:`aml_ray.stages.ingest`). Stages never talk HTTP themselves: they send one actor call per batch to the
 ``ParticipantClient`` / ``ModelClient`` actors that own the connections and limits.
 
 Errors: a :class:`~aml_ray.contract.ContractError` or a non-retryable participant status raised by an
@@ -10,8 +10,8 @@ actor is recorded on the progress tracker and stops the pipeline (seed: "Contrac
 immediately"). Transient failures that exhausted their retries are recorded in the row
 (``search_error``, ``answer_error``, ``judge_error``) and the question stays in the denominator.
 
-The stage classes are imported lazily (module ``__getattr__``): a Ray worker that runs the Ingest or
-Search stage then never imports the answer/judge dependencies (openai SDK, tokenizer tables, nltk), which
+The stage classes are imported lazily (module ``__getattr__``): a Ray worker that runs the Ingest
+stage then never imports the answer/judge dependencies (openai SDK, tokenizer tables, nltk), which
 cost about 1.2 s of CPU per worker start on a 2-core machine.
 """
 
@@ -24,12 +24,11 @@ if TYPE_CHECKING:
     from aml_ray.stages.answer import AnswerStage
     from aml_ray.stages.ingest import IngestStage
     from aml_ray.stages.judge import JudgeStage
-    from aml_ray.stages.search import SearchStage
 
 _MODULES = {"AnswerStage": "aml_ray.stages.answer", "IngestStage": "aml_ray.stages.ingest",
-            "JudgeStage": "aml_ray.stages.judge", "SearchStage": "aml_ray.stages.search"}
+            "JudgeStage": "aml_ray.stages.judge"}
 
-__all__ = ["AnswerStage", "IngestStage", "JudgeStage", "SearchStage"]
+__all__ = ["AnswerStage", "IngestStage", "JudgeStage"]
 
 
 def __getattr__(name: str) -> Any:

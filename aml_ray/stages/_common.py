@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pyarrow as pa
+
 from aml_ray.actors.participant import ParticipantError
 from aml_ray.contract import ContractError
+from aml_ray.evidence import QUESTION_SCHEMA
 
 
 def report(tracker, stage: str, n: int) -> None:
@@ -48,3 +53,28 @@ async def call_participant(ref, tracker):
     except Exception as exc:
         await participant_failure(exc, tracker)
         raise
+
+
+
+def table_with(rows: list[dict[str, Any]], batch: pa.Table, kept: tuple[str, ...]) -> pa.Table:
+    """Question rows -> a ``QUESTION_SCHEMA`` table whose ``kept`` columns are ``batch``'s own Arrow data.
+
+    A stage that does not change a heavy column (the memories: Answer reads them, Judge does not even
+    read them) leaves it out of the Python round trip: measured, the memories are about 8 of the 27 us
+    per question that a whole-row ``to_pylist`` plus ``from_pylist`` costs.
+
+    Args:
+        rows: the batch's rows, in order, as dicts (the ``kept`` keys may be present; they are ignored).
+        batch: the stage's input batch (``QUESTION_SCHEMA``), same row count.
+        kept: columns taken from ``batch`` unchanged.
+
+    Raises:
+        ValueError: a row holds a key the schema does not declare (as :func:`aml_ray.evidence.to_table`).
+    """
+    if rows:
+        extra = set(rows[0]) - set(QUESTION_SCHEMA.names)
+        if extra:
+            raise ValueError(f"evidence row has undeclared columns {sorted(extra)}")
+    rebuilt = pa.Table.from_pylist(rows, schema=pa.schema([f for f in QUESTION_SCHEMA if f.name not in kept]))
+    return pa.Table.from_arrays([batch.column(f.name) if f.name in kept else rebuilt.column(f.name)
+                                 for f in QUESTION_SCHEMA], schema=QUESTION_SCHEMA)

@@ -19,11 +19,10 @@ import pyarrow as pa
 from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.context import fit_context, speaker_blocks
-from aml_ray.evidence import QUESTION_SCHEMA, to_table
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX, MediaStore, image_token_counter, render_parts
 from aml_ray.offline import extractive_answer
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.stages._common import report
+from aml_ray.stages._common import report, table_with
 
 #: Default context budget of the answer prompt's memories, in tokens.
 DEFAULT_CONTEXT_BUDGET = 16_000
@@ -140,4 +139,4 @@ class AnswerStage:
         await answer_rows(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt,
                           budget_tokens=self.budget, media_root=self.media_root, image_tokens=self.image_tokens)
         report(self.tracker, "answer", len(rows))
-        return to_table(rows, QUESTION_SCHEMA)
+        return table_with(rows, batch, ("memories",))

@@ -1,4 +1,11 @@
-"""Ingest stage: one sample's Adds, in order, journalled one by one; then that sample's question rows.
+"""Ingest stage: one sample's Adds, in order, journalled one by one; then that sample's Searches.
+
+A sample's questions are searched as soon as its Adds are done, by the same task (DESIGN.md: "a
+sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call,
+and leave this stage searched. Search is not a Ray Data operator of its own: measured with
+``scripts/bench_pipeline.py``, a separate Search stage cost about 0.15 ms of CPU per question (a second
+copy of every row through the object store and an actor) and an actor start, on a path where the
+participant's latency should be the only cost.
 
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
 only the others are sent. A sample whose Parquet evidence exists sends no Add at all.
@@ -18,8 +25,8 @@ from typing import Any
 import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
-from aml_ray.stages._common import participant_failure, report_total
-from aml_ray.stages.search import search_rows
+from aml_ray.stages._common import participant_failure, report, report_total
+from aml_ray.stages.search import final_status, search_rows
 
 
 def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def segments(meta: list[dict[str, Any]], steps: set[int]) -> list[tuple[list[int
 
 
 class IngestStage:
-    """Adds one sample's chunks in order, journals their evidence, and emits the sample's question rows.
+    """Adds one sample's chunks in order, journals their evidence, searches its questions, emits them.
 
     Input rows: ``{sample_id, adds_json, add_meta_json, questions_json}``: the ordered AddRequest dicts,
     their metadata (chunk_index, n_words, session_index) and the sample's pending question rows.
@@ -65,15 +72,18 @@ class IngestStage:
         participant: the ``ParticipantClient`` actor handle.
         run_root: the run directory (Add evidence goes to ``evidence/adds/<sample_id>.*``; on a multi-node
             cluster it must be storage every node sees).
-        top_k: Top K, for the Searches of Streaming steps.
+        top_k: Top K sent with every Search.
         tracker: optional ``ProgressTracker`` actor handle.
+        final: a retrieval-only run ends here: each question row also gets its final ``status``
+            (:func:`aml_ray.stages.search.final_status`).
     """
 
-    def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None):
+    def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False):
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k
         self.tracker = tracker
+        self.final = final
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         if not adds:
@@ -113,5 +123,11 @@ class IngestStage:
                                       media_root=str(self.run_dir.media))
             if not journal.final.exists():
                 journal.finish()
+            await search_rows(self.participant, [q for q in questions if q["step"] is None], self.top_k,
+                              self.tracker, media_root=str(self.run_dir.media))
+            report(self.tracker, "search", len(questions))
+            if self.final:
+                for q in questions:
+                    q["status"] = final_status(q)
             out.extend(questions)
         return to_table(out, QUESTION_SCHEMA)

@@ -17,10 +17,9 @@ import pyarrow as pa
 
 from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
-from aml_ray.evidence import QUESTION_SCHEMA, to_table
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.scoring import bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
-from aml_ray.stages._common import report
+from aml_ray.stages._common import report, table_with
 from aml_ray.stages.asking import ask_until_parsed
 
 JUDGE_MAX_TOKENS = 256
@@ -116,8 +115,8 @@ class JudgeStage:
         self.max_parse_retries, self.judge_runs = max_parse_retries, judge_runs
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        rows = batch.to_pylist()
+        rows = batch.drop_columns(["memories"]).to_pylist()  # no scoring contract reads the memories
         await self.scorer(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt, f1_rule=self.f1_rule,
                           max_parse_retries=self.max_parse_retries, judge_runs=self.judge_runs)
         report(self.tracker, "judge", len(rows))
-        return to_table(rows, QUESTION_SCHEMA)
+        return table_with(rows, batch, ("memories",))

@@ -1,13 +1,11 @@
-"""Search stage: one ParticipantClient call per batch of questions."""
+"""Search: one ParticipantClient call per group of questions (run by the Ingest stage, per sample)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
-
-from aml_ray.evidence import QUESTION_SCHEMA, to_table
-from aml_ray.stages._common import call_participant, report
+from aml_ray.scoring.retrieval import RETRIEVED
+from aml_ray.stages._common import call_participant
 
 
 def _memory_rows(memories: list[dict[str, Any]], media) -> list[dict[str, Any]]:
@@ -65,25 +63,6 @@ async def search_rows(participant, rows: list[dict[str, Any]], top_k: int, track
                  contract="ok" if o["status"] == "ok" else None)
 
 
-class SearchStage:
-    """Searches every question of a batch through the participant (one actor call per batch).
-
-    Rows already searched (Streaming mode searches inside the Ingest stage, at their step) pass through.
-
-    Args:
-        participant: the ``ParticipantClient`` actor handle.
-        top_k: the suite's Top K (formal: 100).
-        tracker: optional ``ProgressTracker`` actor handle.
-        media_root: the run's media folder (Multimodal), see :func:`search_rows`.
-    """
-
-    def __init__(self, participant, top_k: int, tracker=None, media_root: str | None = None):
-        self.participant, self.top_k, self.tracker = participant, top_k, tracker
-        self.media_root = media_root
-
-    async def __call__(self, batch: pa.Table) -> pa.Table:
-        rows = batch.to_pylist()
-        await search_rows(self.participant, [r for r in rows if r["search_status"] is None], self.top_k,
-                          self.tracker, media_root=self.media_root)
-        report(self.tracker, "search", len(rows))
-        return to_table(rows, QUESTION_SCHEMA)
+def final_status(row: dict[str, Any]) -> str:
+    """A retrieval-only run's final status of a searched row: ``retrieved`` or ``search_error``."""
+    return RETRIEVED if row["search_status"] == "ok" else "search_error"
