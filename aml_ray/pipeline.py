@@ -38,10 +38,12 @@ class IngestFromFiles(IngestStage):
     """:class:`~aml_ray.stages.IngestStage` fed with sample file paths: reads each sample's row in the actor.
 
     Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.inputs`). Reading in the Ingest actor
-    (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask, where Ray
-    Data's ``read_parquet`` starts footer-reader actors and read tasks that each need CPU to be placed (a
-    whole CPU can never be had on a 1-CPU node whose stage actors hold 0.1 each: RAY_NOTES.md, and the
-    ds.repartition stall noted in :func:`run_pipeline`). Arguments as IngestStage's.
+    (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask. Ray Data's
+    ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
+    that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
+    0.1 each: RAY_NOTES.md, and the ds.repartition stall noted in :func:`run_pipeline`); measured with
+    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models``, it added two worker processes and
+    about 230 MiB to the Ray processes' PSS. Arguments as IngestStage's.
     """
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
