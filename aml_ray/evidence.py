@@ -114,6 +114,9 @@ def write_parquet_atomic(table: pa.Table | Iterable[pa.Table], path: Path, schem
 
     ``table`` may also be an iterable of tables (each cast to ``schema``, which is then required), written
     one row group each as they arrive, so the file's rows are never all in memory at once.
+
+    Raises:
+        ValueError: an iterable of tables without ``schema`` (nothing is written).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -237,19 +240,20 @@ class QuestionWriter:
             write_parquet_atomic(table.cast(QUESTION_SCHEMA), self.dir / f"part-{self._next:05d}.parquet")
             n = table.num_rows
         else:
-            counted: list[int] = []
+            tables = iter(table)
+            first = next((t for t in tables if t.num_rows), None)
+            if first is None:
+                return
+            counted = [first.num_rows]
 
             def parts() -> Iterator[pa.Table]:
-                for t in table:
+                yield first
+                for t in tables:
                     counted.append(t.num_rows)
                     yield t
 
-            path = self.dir / f"part-{self._next:05d}.parquet"
-            write_parquet_atomic(parts(), path, QUESTION_SCHEMA)
+            write_parquet_atomic(parts(), self.dir / f"part-{self._next:05d}.parquet", QUESTION_SCHEMA)
             n = sum(counted)
-            if n == 0:
-                path.unlink()
-                return
         self._next += 1
         self.rows_written += n
 

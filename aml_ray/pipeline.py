@@ -42,7 +42,7 @@ class IngestFromFiles(IngestStage):
     ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
     that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
     0.1 each: RAY_NOTES.md, and the ds.repartition stall noted in :func:`run_pipeline`); measured with
-    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models``, it added two worker processes and
+    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models`` (one run), it added two worker processes and
     about 230 MiB to the Ray processes' PSS. Arguments as IngestStage's.
     """
 
