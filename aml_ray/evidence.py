@@ -51,6 +51,9 @@ ADD_SCHEMA = pa.schema([
     ("error", pa.string()),
 ])
 
+#: Final ``status`` of a question whose Search succeeded in a retrieval-only run (no Answer, no Judge).
+RETRIEVED = "retrieved"
+
 #: One row per question, filled stage by stage (ingest -> search -> answer -> judge).
 QUESTION_SCHEMA = pa.schema([
     # from the dataset (platform side; the gold never goes to a participant)

@@ -17,37 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow as pa
 
 from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
 from aml_ray.evidence import SUMMARY_COLUMNS, QuestionWriter, RunDir, read_questions
-from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, read_sample_files, stream_steps
+from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.ray_runtime import on_this_node
-from aml_ray.stages import AnswerStage, IngestStage, JudgeStage
+from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
            "stream_steps"]
-
-
-class IngestFromFiles(IngestStage):
-    """:class:`~aml_ray.stages.IngestStage` fed with sample file paths: reads each sample's row in the actor.
-
-    Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.inputs`). Reading in the Ingest actor
-    (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask. Ray Data's
-    ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
-    that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
-    0.1 each: RAY_NOTES.md, and the ds.repartition stall noted in :func:`run_pipeline`); measured with
-    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models`` (one run), it added two worker processes and
-    about 230 MiB to the Ray processes' PSS. Arguments as IngestStage's.
-    """
-
-    async def __call__(self, batch: pa.Table) -> pa.Table:
-        return await super().__call__(read_sample_files(batch.column("path").to_pylist()))
 
 
 @dataclass

@@ -341,7 +341,8 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     cpu = time.process_time() - c0
     count, rate = server.rate("search")
     assert count == n, (count, n)
-    return {"rate": rate, "client_rate": n / wall, "wall_s": wall, "client_cpu_s": cpu}
+    return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
+            "client_cpu_s": cpu}
 
 
 # --------------------------------------------------------------------------------------------- pipeline
@@ -440,6 +441,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
         finally:
             ray_nodes.__exit__(None, None, None)
         scored = int(questions["status"].is_in(["scored", "retrieved"]).sum())
+        lat = questions["search_latency_ms"].drop_nulls()
+        out["search_latency_ms"] = {"p50": lat.quantile(0.5), "p95": lat.quantile(0.95)} if lat.len() else {}
     worker_hwm, worker_name = rss.largest_worker()
     out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
@@ -456,7 +459,7 @@ def search_run(args) -> dict[str, Any]:
     from aml_ray.pipeline import PipelineOptions
 
     tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")
-    inputs = synthetic_inputs(search_shape(args.queries), Path(tmp.name))
+    inputs = synthetic_inputs(search_shape(args.queries, args.samples), Path(tmp.name))
     offline_answer, offline_judge = model_endpoint_from_env("answer", {}), model_endpoint_from_env("judge", {})
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
                        "--memories", str(args.memories)) as server:
@@ -471,7 +474,7 @@ def search_run(args) -> dict[str, Any]:
                                     retrieval_only=kind == "retrieval")
             n, rate = server.rate("search")
             stats = server.stats()
-            pipe.update(rate=rate, searches=n, adds=stats["n"].get("add", 0), kind=kind,
+            pipe.update(rate=rate, steady=stats["steady"].get("search"), searches=n, adds=stats["n"].get("add", 0), kind=kind,
                         server_max_in_flight=stats["max_in_flight"], over_capacity=stats["over_capacity"],
                         timeline=stats["timeline"].get("search", {}))
             assert pipe["scored"] == args.queries, pipe
@@ -649,28 +652,33 @@ def _rate(n: float | None) -> str:
 def report_search(args, runs: list[dict[str, Any]]) -> None:
     ideal = runs[0]["ideal"]
     get = lambda path: [_dig(r, path) for r in runs]  # noqa: E731
-    pa, ph, pp = _med(get("plain_aiohttp.rate")), _med(get("plain_httpx_aiohttp.rate")), _med(get("pipeline.rate"))
-    ratios_a = [r["pipeline"]["rate"] / r["plain_aiohttp"]["rate"] for r in runs]
-    ratios_h = [r["pipeline"]["rate"] / r["plain_httpx_aiohttp"]["rate"] for r in runs]
-    print(f"\nSearch throughput: {args.queries:,} Searches, {args.latency_ms:g} ms participant latency, "
-          f"{args.concurrency} in flight ({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'}; "
-          "server-side steady state (N-1)/(last-first))" + _nodes_note(args, runs))
-    print(f"  ideal (concurrency / latency)            {_rate(ideal):>14}")
-    print(f"  plain asyncio loop, aiohttp              {_rate(pa):>14}   {pa / ideal:.2f} x ideal")
-    print(f"  plain asyncio loop, httpx+aiohttp        {_rate(ph):>14}   {ph / ideal:.2f} x ideal")
     label = {"retrieval": "pipeline, retrieval-only", "full": "pipeline, + offline Answer/Judge"}
-    print(f"  aml-ray {label[runs[0]['pipeline']['kind']]:<32}{_rate(pp):>14}   {pp / ideal:.2f} x ideal, "
-          f"{_med(ratios_a):.2f} x plain aiohttp, {_med(ratios_h):.2f} x plain httpx+aiohttp (same-run ratios)")
+    rows = [("plain asyncio loop, aiohttp", "plain_aiohttp"), ("plain asyncio loop, httpx+aiohttp", "plain_httpx_aiohttp"),
+            ("aml-ray " + label[runs[0]["pipeline"]["kind"]], "pipeline")]
     if all("pipeline_full" in r for r in runs):
-        pf = _med(get("pipeline_full.rate"))
-        print(f"  aml-ray {label['full']:<32}{_rate(pf):>14}   {pf / ideal:.2f} x ideal, "
-              f"{_med([r['pipeline_full']['rate'] / r['plain_aiohttp']['rate'] for r in runs]):.2f} x plain aiohttp "
-              "(same 2 cores also run the offline answerer and judge, which a plain loop does not)")
+        rows.append(("aml-ray " + label["full"], "pipeline_full"))
+    print(f"\nSearch throughput: {args.queries:,} Searches over {args.samples} samples, {args.latency_ms:g} ms "
+          f"participant latency, {args.concurrency} in flight "
+          f"({'median of ' + str(len(runs)) if len(runs) > 1 else '1 run'}; arrivals at the server: whole run "
+          "(N-1)/(last-first), and steady state over the middle 80% of arrivals)" + _nodes_note(args, runs))
+    print(f"  {'ideal (concurrency / latency)':<42}{_rate(ideal):>13}")
+    print(f"  {'':<42}{'whole run':>13}  {'x ideal':>7}  {'x plain':>7}   {'steady':>13}  {'x ideal':>7}  {'x plain':>7}")
+    for name, key in rows:
+        cells = []
+        for metric in ("rate", "steady"):
+            value = _med(get(f"{key}.{metric}"))
+            vs_plain = _med([r[key][metric] / r["plain_aiohttp"][metric] for r in runs
+                             if r[key].get(metric) and r["plain_aiohttp"].get(metric)])
+            cells.append(f"{_rate(value):>13}  {value / ideal if value else 0:>7.2f}  "
+                         f"{vs_plain if vs_plain is not None else 0:>7.2f}")
+        print(f"  {name:<42}{cells[0]}   {cells[1]}")
+    print("  (x plain: same-run ratio to the plain aiohttp loop; the full pipeline's 2 cores also run the offline "
+          "answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
           f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
-    print(f"  per run: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.rate'))}; "
-          f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.rate'))}; "
-          f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.rate'))}")
+    print(f"  per run, steady: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.steady'))}; "
+          f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.steady'))}; "
+          f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.steady'))}")
     what = "Adds+Searches" if runs[0]["pipeline"]["kind"] == "retrieval" else "Adds+Searches+Answers+Judges"
     print(f"  wall: Ray start {_med(get('pipeline.ray_start_s')):.1f} s + run_pipeline (actor pools, "
           f"{args.queries:,} {what}, evidence) {_med(get('pipeline.pipeline_s')):.1f} s = "
@@ -683,6 +691,10 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     _print_driver_memory(args, runs)
     _print_cpu(args, runs)
     _print_timeline(args, runs)
+    lat = runs[0]["pipeline"].get("search_latency_ms") or {}
+    if lat:
+        print(f"  Search latency seen by the ParticipantClient (send to reply read), run 1: p50 {lat['p50']:.1f} ms, "
+              f"p95 {lat['p95']:.1f} ms (the server holds each for {args.latency_ms:g} ms)")
     print(f"  participant saw at most {max(get('pipeline.server_max_in_flight'))} in flight "
           f"(declared {args.concurrency}); over capacity: {max(get('pipeline.over_capacity'))}")
 
@@ -797,6 +809,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
     p.add_argument("--concurrency", type=int, default=64, help="participant max in flight (declared capacity)")
     p.add_argument("--memories", type=int, default=10, help="items per Search reply")
+    p.add_argument("--samples", type=int, default=100,
+                   help="--mode search: samples the questions are spread over (one small Add chunk each; "
+                        "LoCoMo has 10)")
     p.add_argument("--pipeline", choices=["both", "retrieval", "full"], default="both",
                    help="--mode search: the retrieval-only pipeline (Add+Search, what the plain loops do), the full "
                         "one with the offline answerer and judge, or both (default), each on a fresh Ray")

@@ -55,12 +55,14 @@ class Counters:
         self.in_flight_by_kind: dict[str, int] = {}
         self.max_in_flight_by_kind: dict[str, int] = {}
         self.calls: list[list] = []  # [arrival, done, kind, tag] (model server with --tag-regex)
+        self.arrivals: dict[str, list[float]] = {}  # kind -> arrival times (time.monotonic), in order
 
     def arrive(self, kind: str) -> None:
         now = time.monotonic()
         self.n[kind] = self.n.get(kind, 0) + 1
         first = self.first.setdefault(kind, now)
         self.last[kind] = now
+        self.arrivals.setdefault(kind, []).append(now)
         bucket = int((now - first) * 10)
         line = self.timeline.setdefault(kind, {})
         line[bucket] = line.get(bucket, 0) + 1
@@ -78,8 +80,21 @@ class Counters:
         self.in_flight -= 1
         self.in_flight_by_kind[kind] -= 1
 
+    def steady(self, trim: float = 0.1) -> dict[str, float]:
+        """Per kind, the arrival rate over the middle ``1 - 2 * trim`` of the arrivals (req/s).
+
+        Leaving out the first and last 10% of arrivals measures the steady state without the ramp-up
+        (a pipeline's actors starting, a loop's first connections) and the drain (the last stragglers).
+        """
+        out = {}
+        for kind, times in self.arrivals.items():
+            lo, hi = int(trim * len(times)), int((1 - trim) * len(times)) - 1
+            if hi - lo >= 10 and times[hi] > times[lo]:
+                out[kind] = (hi - lo) / (times[hi] - times[lo])
+        return out
+
     def snapshot(self) -> dict[str, Any]:
-        return {"n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
+        return {"steady": self.steady(), "n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
                 "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline,
                 "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls}
 
@@ -280,13 +295,17 @@ class ServerProcess:
             return json.loads(resp.read())
 
     def rate(self, kind: str) -> tuple[int, float | None]:
-        """(arrivals, steady-state rate N/(last-first) in req/s) for ``kind`` since the last reset."""
+        """(arrivals, whole-run rate (N-1)/(last-first) in req/s) for ``kind`` since the last reset."""
         s = self.stats()
         n = s["n"].get(kind, 0)
         if n < 2:
             return n, None
         span = s["last"][kind] - s["first"][kind]
         return n, (n - 1) / span if span > 0 else None
+
+    def steady_rate(self, kind: str) -> float | None:
+        """The arrival rate of ``kind`` over the middle 80% of its arrivals (:meth:`Counters.steady`)."""
+        return self.stats()["steady"].get(kind)
 
 
 if __name__ == "__main__":

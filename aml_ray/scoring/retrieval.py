@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from aml_ray.evidence import RETRIEVED
 from aml_ray.scoring.aggregate import OVERALL
-
-#: Final status of a question whose Search succeeded in a retrieval-only run.
-RETRIEVED = "retrieved"
 
 REQUIRED_COLUMNS = ("dataset", "category", "excluded", "status", "n_memories")
 """Columns :func:`retrieval_table` reads."""

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aml_ray.stages.answer import AnswerStage
-    from aml_ray.stages.ingest import IngestStage
+    from aml_ray.stages.ingest import IngestFromFiles, IngestStage
     from aml_ray.stages.judge import JudgeStage
 
 _MODULES = {"AnswerStage": "aml_ray.stages.answer", "IngestStage": "aml_ray.stages.ingest",
+            "IngestFromFiles": "aml_ray.stages.ingest",
             "JudgeStage": "aml_ray.stages.judge"}
 
-__all__ = ["AnswerStage", "IngestStage", "JudgeStage"]
+__all__ = ["AnswerStage", "IngestFromFiles", "IngestStage", "JudgeStage"]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
+from aml_ray.inputs import read_sample_files
 from aml_ray.stages._common import participant_failure, report, report_total
 from aml_ray.stages.search import final_status, search_rows
 
@@ -131,3 +132,23 @@ class IngestStage:
                     q["status"] = final_status(q)
             out.extend(questions)
         return to_table(out, QUESTION_SCHEMA)
+
+
+class IngestFromFiles(IngestStage):
+    """:class:`~aml_ray.stages.IngestStage` fed with sample file paths: reads each sample's row in the actor.
+
+    Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.inputs`). Reading in the Ingest actor
+    (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask. Ray Data's
+    ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
+    that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
+    0.1 each: RAY_NOTES.md, and the ds.repartition stall noted in :func:`aml_ray.pipeline.run_pipeline`); measured with
+    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models`` (one run), it added two worker processes and
+    about 230 MiB to the Ray processes' PSS. Arguments as IngestStage's.
+
+    It lives here, not in :mod:`aml_ray.pipeline`: a Ray worker imports the module of the class it runs,
+    and the pipeline module pulls in the model clients (the openai SDK) and polars, about 2 s of CPU
+    per worker start on 2 cores that the first Searches would share.
+    """
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        return await super().__call__(read_sample_files(batch.column("path").to_pylist()))

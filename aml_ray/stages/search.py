@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aml_ray.scoring.retrieval import RETRIEVED
+from aml_ray.evidence import RETRIEVED
 from aml_ray.stages._common import call_participant
 
 
