@@ -53,6 +53,21 @@ def render_table(result_table, *, offline: bool, title: str, category_names: dic
     return t
 
 
+def render_retrieval_table(result_table, *, title: str, category_names: dict[str, str] | None = None) -> Table:
+    """A rich table of a retrieval-only run (:func:`aml_ray.scoring.retrieval.retrieval_table`)."""
+    t = Table(title=f"{title}, retrieval only", caption="no answer or judge model was called: coverage = "
+              "questions whose Search succeeded / total; memories = mean returned per such question")
+    for col in ("category", "n", "retrieved", "errors", "excluded", "coverage", "memories", "empty"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for r in result_table.to_dicts():
+        name = r["category"] + (f" {category_names[r['category']]}" if r["category"] in (category_names or {}) else "")
+        t.add_row(name, str(r["n_total"]), str(r["n_retrieved"]), str(r["n_errors"]), str(r["n_excluded"]),
+                  "-" if r["coverage"] is None else f"{r['coverage']:.3f}",
+                  "-" if r["memories_mean"] is None else f"{r['memories_mean']:.1f}", str(r["n_empty"]),
+                  style="bold" if r["category"] == "overall" else None)
+    return t
+
+
 def _checkpoints(text: str | None) -> list[float] | None:
     if not text:
         return None
@@ -148,6 +163,9 @@ def run(
     stream_checkpoints: Annotated[Optional[str], typer.Option(
         help="Streaming mode: fractions of each sample's sessions after which every question is searched, "
              "e.g. '0.5,1'.")] = None,
+    retrieval_only: Annotated[bool, typer.Option(
+        "--retrieval-only", help="Add and Search only: no answer or judge model is called; the table says "
+                                 "what Search returned (coverage, memories per question), with no accuracy.")] = False,
 ) -> None:
     """Evaluate a memory system on a benchmark (or a whole suite) and print the score tables.
 
@@ -170,6 +188,7 @@ def run(
         data, top_k, limit_samples = Path(previous["dataset"]["file"]), previous["top_k"], previous["limit_samples"]
         judge_runs, context_budget = previous["judge_runs"], previous["context_budget_tokens"]
         stream, run_label = previous.get("stream_checkpoints"), previous.get("run_label")
+        retrieval_only = previous.get("retrieval_only", False)
         allow_hash_mismatch = previous["dataset"].get("hash_mismatch_allowed", False)
         p = previous["participant"]
         participant, auth = p["label"], p["auth"]
@@ -186,6 +205,8 @@ def run(
         _fail(str(exc))
     out.mkdir(parents=True, exist_ok=True)
     if suite is not None:  # every present bundle of the suite; the suite fixes dataset files and prompts
+        if retrieval_only:
+            _fail("--retrieval-only runs one dataset (--dataset); a suite's Overall needs scored bundles: drop --suite")
         if data is not None or answer_prompt or judge_prompt:
             _fail("--suite fixes the dataset files and prompts: drop --data / --answer-prompt / --judge-prompt")
         from aml_ray.suite import load_suite
@@ -221,9 +242,12 @@ def run(
                                participant_label=label, judge_runs=judge_runs, context_budget_tokens=context_budget,
                                answer_prompt=answer_prompt, answer_prompt_sha256=answer_prompt_sha256,
                                judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256,
-                               stream_checkpoints=stream, resume=resume is not None)
+                               stream_checkpoints=stream, resume=resume is not None,
+                               retrieval_only=retrieval_only)
         console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
-        if answer.offline or judge.offline:
+        if retrieval_only:
+            console.print("[yellow]Retrieval only: Add and Search; no answer or judge model is called.[/]")
+        elif answer.offline or judge.offline:
             console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
                           "answerer and lexical judge (not official models).[/]")
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
@@ -249,9 +273,10 @@ def run(
                 _fail(str(exc))
     info = result.run_info
     ds = info["dataset"]
-    console.print(render_table(result.table, offline=info["offline_models"],
-                               title=f"{dataset}: {label} (top_k={top_k}, run {run_id})",
-                               category_names=get_dataset(dataset).category_names))
+    title = f"{dataset}: {label} (top_k={top_k}, run {run_id})"
+    names = get_dataset(dataset).category_names
+    console.print(render_retrieval_table(result.table, title=title, category_names=names) if retrieval_only
+                  else render_table(result.table, offline=info["offline_models"], title=title, category_names=names))
     console.print(f"samples {ds['samples']}, chunks {ds['chunks']}, messages {ds['messages']}, questions "
                   f"{ds['questions']} ({ds['scorable_questions']} scorable, {ds['excluded_questions']} excluded"
                   f" and reported, never scored)")

@@ -31,6 +31,7 @@ from aml_ray.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.prompts import load_prompt
 from aml_ray.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
+from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle
 
@@ -57,6 +58,8 @@ class EvaluationConfig:
         context_budget_tokens: token budget of the answer context.
         judge_runs: how many times each answer is judged (mean and std reported when > 1).
         suite: the suite whose bundle for this dataset is count-checked (:func:`aml_ray.suite.verify_loaded_bundle`).
+        retrieval_only: Add and Search only: no model is called, the table is
+            :func:`aml_ray.scoring.retrieval.retrieval_table` (what Search returned, no accuracy).
         participant_key: the non-secret version key under which jobs of this driver running at once share
             one participant client and so the version's declared capacity (:mod:`aml_ray.actors.shared`);
             None derives it from the spec's non-secret fields. Never put a secret in it: it names an actor.
@@ -84,6 +87,7 @@ class EvaluationConfig:
     stream_checkpoints: list[float] | None = None
     resume: bool = False
     suite: str = "textual"
+    retrieval_only: bool = False
     participant_key: str | None = None
 
 
@@ -173,7 +177,7 @@ def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
 RESUME_INVARIANTS = (("dataset", "sha256"), ("dataset", "samples"), ("dataset", "chunks"), ("dataset", "questions"),
                      ("top_k",), ("prompts",), ("models", "answer", "model"), ("models", "judge", "model"),
                      ("participant", "label"), ("participant", "auth"), ("context_budget_tokens",),
-                     ("judge_runs",), ("stream_checkpoints",), ("limit_samples",))
+                     ("judge_runs",), ("stream_checkpoints",), ("limit_samples",), ("retrieval_only",))
 
 
 def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
@@ -293,11 +297,12 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                     "excluded_questions": inputs.n_excluded,
                     "questions_by_category": dict(sorted(inputs.by_category.items()))},
         "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
-        "models": {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
-        "offline_models": cfg.answer.offline or cfg.judge.offline,
+        # a retrieval-only run calls no model: none is recorded, and its table has no accuracy
+        "models": {} if cfg.retrieval_only else {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
+        "offline_models": not cfg.retrieval_only and (cfg.answer.offline or cfg.judge.offline),
         "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
         "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
-        "stream_checkpoints": cfg.stream_checkpoints,
+        "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
         **({"media": media.model_dump(mode="json")} if media else {}),
         "package_version": aml_ray.__version__, "git_commit": _git_commit(),
         "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
@@ -309,8 +314,9 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         info["resumed_with_done_questions"] = len(done)
     write_json_atomic(info, run_dir.run_json)
     if on_progress:
+        model_total = 0 if cfg.retrieval_only else inputs.n_scorable
         on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
-                               "answer": inputs.n_scorable, "judge": inputs.n_scorable})
+                               "answer": model_total, "judge": model_total})
     started_ray = init_ray(num_cpus=num_cpus)
     t0 = time.perf_counter()
     try:
@@ -323,6 +329,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
             judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
             participant_key=cfg.participant_key,
+            retrieval_only=cfg.retrieval_only,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         info.update(status="failed", error=exc.summary, wall_s=round(time.perf_counter() - t0, 3),
@@ -337,7 +344,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     wall_s = time.perf_counter() - t0
     # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
     adds = read_adds(run_dir)
-    table = aggregate(questions.with_columns(pl.lit(spec.name).alias("dataset")))
+    with_dataset = questions.with_columns(pl.lit(spec.name).alias("dataset"))
+    table = retrieval_table(with_dataset) if cfg.retrieval_only else aggregate(with_dataset)
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
     search_lat = questions.filter(pl.col("search_status") == "ok")["search_latency_ms"]
     info.update(
@@ -354,6 +362,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         **usage_summary(questions),
     )
     write_json_atomic({"run_id": cfg.run_id, "offline_models": info["offline_models"], "models": info["models"],
+                       "retrieval_only": cfg.retrieval_only,
                        "table": table.to_dicts(), "judge_runs": info["judge_runs_summary"]},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)

@@ -90,7 +90,7 @@ QUESTION_SCHEMA = pa.schema([
 SUMMARY_COLUMNS = ("question_id", "category", "excluded", "status", "search_status", "search_attempts",
                    "search_retried_statuses", "search_latency_ms", "context_tokens", "memories_cut",
                    "prompt_tokens", "completion_tokens", "answer_cached", "cost_usd", "verdict", "judge_verdicts",
-                   "score", "f1", "bleu1")
+                   "score", "f1", "bleu1", "n_memories")
 
 
 def empty_question_row() -> dict[str, Any]:

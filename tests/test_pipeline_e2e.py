@@ -158,3 +158,32 @@ def test_cli_run_prints_table(tmp_path, locomo_file):
     assert (out / "results.json").is_file()
     again = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out)])
     assert again.exit_code == 2 and "already there" in again.output
+
+
+def test_cli_retrieval_only_calls_no_model(tmp_path, locomo_file, monkeypatch):
+    """--retrieval-only: Adds and Searches only; model endpoints that would refuse every call are never called."""
+    from aml_ray.cli import app
+
+    for role in ("ANSWER", "JUDGE"):  # port 9 (discard) on loopback: any model call would fail the run
+        monkeypatch.setenv(f"{role}_API_BASE", "http://127.0.0.1:9/v1")
+        monkeypatch.setenv(f"{role}_MODEL", "gpt-4o-mini")
+        monkeypatch.setenv(f"{role}_API_KEY", "unused")
+    out = tmp_path / "retrieval"
+    res = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out),
+                                   "--retrieval-only"])
+    assert res.exit_code == 0, res.output
+    assert "retrieval only" in res.output and "overall" in res.output and "OFFLINE" not in res.output
+    run = json.loads((out / "run.json").read_text())
+    assert run["retrieval_only"] is True and run["models"] == {} and run["offline_models"] is False
+    overall = [r for r in json.loads((out / "results.json").read_text())["table"] if r["category"] == "overall"][0]
+    scorable = run["dataset"]["scorable_questions"]
+    assert overall["n_total"] == overall["n_retrieved"] == scorable > 100
+    assert overall["n_excluded"] == run["dataset"]["excluded_questions"] > 0 and overall["coverage"] == 1.0
+    assert 1 <= overall["memories_mean"] <= 100  # BM25 over one conversation's chunks, top_k 100
+    q = read_questions(RunDir(out))
+    assert sorted(set(q["status"].to_list())) == ["excluded", "retrieved"]
+    retrieved = q.filter(pl.col("status") == "retrieved")
+    assert retrieved["answer"].null_count() == retrieved.height and retrieved["verdict"].null_count() == retrieved.height
+    assert (retrieved["n_memories"] == retrieved["memories"].list.len()).all()
+    again = CliRunner().invoke(app, ["run", "--suite", "textual", "--retrieval-only", "--out", str(tmp_path / "s")])
+    assert again.exit_code == 2 and "--retrieval-only runs one dataset" in again.output
