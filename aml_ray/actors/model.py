@@ -29,6 +29,7 @@ from aml_ray.actors.fair import FairSlots
 from aml_ray.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.pricing import estimate_cost_usd
+from aml_ray.ray_runtime import undo_worker_niceness
 from aml_ray.media import text_of
 from aml_ray.tokens import count_tokens
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
@@ -48,12 +49,16 @@ class ModelClient:
     Args:
         endpoint: base_url, model, api key, max in-flight and timeout (seconds).
         retry: bounded backoff for transient failures.
+        undo_niceness: run this process at nice 0 (:func:`aml_ray.ray_runtime.undo_worker_niceness`);
+            set by :func:`spawn_model_client` for the Ray actor, never for a local client.
 
     Raises:
         ValueError: if the endpoint is the offline one (it has no HTTP endpoint to call).
     """
 
-    def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy()):
+    def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy(), *, undo_niceness: bool = False):
+        if undo_niceness:  # the Ray actor (spawn_model_client): it times the model's calls
+            undo_worker_niceness()
         if endpoint.offline:
             raise ValueError(f"{endpoint.role} endpoint is offline: set {endpoint.role.upper()}_API_BASE")
         self.endpoint = endpoint
@@ -225,4 +230,4 @@ def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
                                "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, get_if_exists=True)
-    return ray.remote(ModelClient).options(**options).remote(endpoint)
+    return ray.remote(ModelClient).options(**options).remote(endpoint, undo_niceness=True)

@@ -35,6 +35,7 @@ from aml_ray.contract import (
     validate_add_response,
 )
 from aml_ray.media import MediaLimits, media_context
+from aml_ray.ray_runtime import undo_worker_niceness
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
@@ -144,13 +145,17 @@ class ParticipantClient:
 
     Args:
         spec: endpoints, auth, capacity and retry policy.
+        undo_niceness: run this process at nice 0 (:func:`aml_ray.ray_runtime.undo_worker_niceness`);
+            set by :func:`spawn_participant_client` for the Ray actor, never for a local client.
 
     Each method returns an outcome dict for evidence; a :class:`ContractError` or
     :class:`ParticipantError` is raised (and stops the stage). A transient failure that exhausts its
     retries gives an outcome with ``status="error"``.
     """
 
-    def __init__(self, spec: ParticipantSpec):
+    def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False):
+        if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
+            undo_worker_niceness()
         self.spec = spec
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -392,4 +397,4 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
                                "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, get_if_exists=True)
-    return ray.remote(ParticipantClient).options(**options).remote(spec)
+    return ray.remote(ParticipantClient).options(**options).remote(spec, undo_niceness=True)
