@@ -89,18 +89,48 @@ def test_score_table_per_category(two_sample_run):
     assert overall["accuracy"] == pytest.approx((questions["verdict"] == "CORRECT").sum() / 233)
 
 
-def test_each_sample_is_its_own_ingest_task(two_sample_run):
+def _rendezvous_app(seen: dict) -> FastAPI:
+    """A participant whose first Add of each sample waits until the first Add of another sample arrives.
+
+    If one Ingest task held both samples, their Adds would be sent one after the other and the wait
+    would end only by its timeout (recorded in ``seen["timed_out"]``); with one task per sample the two
+    first Adds are in flight together and both return at once. Search returns no memory.
+    """
+    import asyncio
+
+    app = FastAPI()
+    both = asyncio.Event()
+
+    @app.post("/add")
+    async def add(request: Request):
+        b = await request.json()
+        users = seen.setdefault("users", [])
+        if b["user_id"] not in users:
+            users.append(b["user_id"])
+            if len(users) >= 2:
+                both.set()
+            try:
+                await asyncio.wait_for(both.wait(), timeout=30)
+            except asyncio.TimeoutError:
+                seen["timed_out"] = True
+        return {"success": True, "request_id": b["request_id"], "user_id": b["user_id"], "session_id": b["session_id"]}
+
+    @app.post("/search")
+    async def search(request: Request):
+        return {"data": []}
+
+    return app
+
+
+def test_each_sample_is_its_own_ingest_task(tmp_path, locomo_file):
     """The inputs travel as one file per sample (aml_ray.inputs): each sample is its own Ingest task, so the
-    two samples' Adds run side by side (one task holding both would send one sample's Adds after the other's)."""
-    import sqlite3
-
-    from aml_ray.reference.server import DB_NAME
-
-    with sqlite3.connect(two_sample_run.run_dir.root.parent / "ref" / DB_NAME) as db:
-        users = [u for (u,) in db.execute("SELECT user_id FROM applied_requests ORDER BY rowid")]
-    samples = [u.rsplit(":", 1)[1] for u in users]  # in the order the participant applied them
-    assert sorted(set(samples)) == ["conv-26", "conv-30"] and len(samples) == 55
-    assert sum(1 for a, b in zip(samples, samples[1:]) if a != b) > 1
+    two samples' first Adds are in flight together (one task holding both would send them in turn)."""
+    seen: dict = {}
+    with ThreadServer(_rendezvous_app(seen)) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        result = evaluate(config(tmp_path, spec, locomo_file, limit_samples=2, retrieval_only=True))
+    assert len(seen["users"]) == 2 and "timed_out" not in seen
+    assert result.run_info["adds"]["ok"] == 55
 
 
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
