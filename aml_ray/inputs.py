@@ -48,31 +48,49 @@ EXCLUDED_FILE = "excluded.parquet"
 
 
 @dataclass
-class PipelineInputs:
-    """What the Ray job consumes: the inputs folder (module docstring) and counts, nothing per row.
+class InputCounts:
+    """Counts of samples' inputs; one sample's (:class:`SampleInput`) add up to the run's (:class:`PipelineInputs`).
 
     Attributes:
-        folder: the inputs folder holding ``sample-NNNNNN.parquet`` and ``excluded.parquet``.
-        n_samples: samples (= sample files, = Ingest tasks).
-        n_chunks / n_messages: Add chunks and messages of all samples (a resumed run's finished ones too).
-        n_questions / n_scorable / n_excluded: question rows of all samples (with Streaming, one per
-            (question, step)), for run.json and progress totals, including those a resumed run already has.
+        n_chunks / n_messages: Add chunks and messages (a resumed run's finished ones too).
+        n_questions / n_scorable / n_excluded: question rows (with Streaming, one per (question, step)),
+            for run.json and progress totals, including those a resumed run already has.
+        n_pending: scorable question rows this start still has to produce (those in ``done_questions``
+            are not in the files).
         by_category: questions per category (each question once, whatever its steps).
-        max_sample_chunks: the most Add chunks of one sample (the sequential part of ingestion).
-        n_pending / n_excluded_pending: scorable and excluded question rows this start still has to
-            produce (those in ``done_questions`` are not in the files).
     """
 
-    folder: Path
-    n_samples: int = 0
     n_chunks: int = 0
     n_messages: int = 0
     n_questions: int = 0
     n_scorable: int = 0
     n_excluded: int = 0
-    by_category: dict[str, int] = field(default_factory=dict)
-    max_sample_chunks: int = 0
     n_pending: int = 0
+    by_category: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: "InputCounts") -> None:
+        """Add ``other``'s counts to these, in place."""
+        for name in ("n_chunks", "n_messages", "n_questions", "n_scorable", "n_excluded", "n_pending"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for category, n in other.by_category.items():
+            self.by_category[category] = self.by_category.get(category, 0) + n
+
+
+@dataclass(kw_only=True)
+class PipelineInputs(InputCounts):
+    """What the Ray job consumes: the inputs folder (module docstring) and counts, nothing per row.
+
+    Attributes:
+        folder: the inputs folder holding ``sample-NNNNNN.parquet`` and ``excluded.parquet``.
+        n_samples: samples (= sample files, = Ingest tasks).
+        max_sample_chunks: the most Add chunks of one sample (the sequential part of ingestion).
+        n_excluded_pending: excluded question rows this start still has to write to the evidence.
+        the others: :class:`InputCounts`, summed over the samples.
+    """
+
+    folder: Path
+    n_samples: int = 0
+    max_sample_chunks: int = 0
     n_excluded_pending: int = 0
 
     def sample_path(self, index: int) -> Path:
@@ -114,27 +132,18 @@ def stream_steps(n_sessions: int, checkpoints: list[float]) -> list[int]:
     return sorted({max(1, math.ceil(f * n_sessions)) for f in checkpoints})
 
 
-@dataclass
-class SampleInput:
+@dataclass(kw_only=True)
+class SampleInput(InputCounts):
     """One sample's inputs: its IngestStage row, its excluded question rows and its counts.
 
     Attributes:
         row: ``{sample_id, adds_json, add_meta_json, questions_json}`` (:data:`SAMPLE_INPUT_SCHEMA`).
         excluded: excluded question rows not yet in the evidence (``status="excluded"``).
-        n_chunks / n_messages / n_questions / n_scorable / n_excluded / n_pending: as in
-            :class:`PipelineInputs`, for this sample.
-        by_category: questions per category.
+        the others: :class:`InputCounts`, for this sample.
     """
 
     row: dict[str, str]
     excluded: list[dict[str, Any]]
-    n_chunks: int = 0
-    n_messages: int = 0
-    n_questions: int = 0
-    n_scorable: int = 0
-    n_excluded: int = 0
-    n_pending: int = 0
-    by_category: dict[str, int] = field(default_factory=dict)
 
 
 def sample_input(sample: Sample, ids: IdScheme, *, stream_checkpoints: list[float] | None = None,
@@ -231,17 +240,10 @@ def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
             write_parquet_atomic(pa.Table.from_pylist([one.row], schema=SAMPLE_INPUT_SCHEMA),
                                  inputs.sample_path(index))
             excluded.write(one.excluded)
+            inputs.add(one)
             inputs.n_samples += 1
-            inputs.n_chunks += one.n_chunks
-            inputs.n_messages += one.n_messages
-            inputs.n_questions += one.n_questions
-            inputs.n_scorable += one.n_scorable
-            inputs.n_excluded += one.n_excluded
-            inputs.n_pending += one.n_pending
             inputs.n_excluded_pending += len(one.excluded)
             inputs.max_sample_chunks = max(inputs.max_sample_chunks, one.n_chunks)
-            for category, n in one.by_category.items():
-                inputs.by_category[category] = inputs.by_category.get(category, 0) + n
     return inputs
 
 

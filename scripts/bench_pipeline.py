@@ -4,8 +4,8 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
 
 ``--mode search`` (default; the main job's acceptance)
     Search throughput of the real pipeline (:func:`aml_ray.pipeline.run_pipeline` over synthetic
-    :class:`~aml_ray.pipeline.PipelineInputs`: 100 samples x ``queries/100`` questions, one small Add
-    chunk per sample) against a loopback participant with a fixed latency, at ``--concurrency`` in
+    :class:`~aml_ray.pipeline.PipelineInputs`: ``--samples`` samples (default 100; LoCoMo has 10) x
+    ``queries/samples`` questions, one small Add chunk per sample) against a loopback participant with a fixed latency, at ``--concurrency`` in
     flight, for ``--queries`` Searches. ``--pipeline both`` (default) measures it twice, each on a fresh
     Ray: retrieval-only (Ingest and Search, evidence written: the work a plain Search loop does, so the
     like-for-like comparison) and full (plus the offline answerer and judge, CPU work that shares the
