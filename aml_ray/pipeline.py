@@ -22,11 +22,11 @@ from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
-from aml_ray.evidence import SUMMARY_COLUMNS, QuestionWriter, RunDir, read_questions
+from aml_ray.evidence import SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, read_questions
 from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
-from aml_ray.ray_runtime import on_this_node
+from aml_ray.ray_runtime import on_this_node, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
@@ -162,6 +162,7 @@ def run_pipeline(
     from ray.data import ActorPoolStrategy
 
     opts = options or PipelineOptions()
+    use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
     tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
     # Shared with the other jobs this driver runs at once (aml_ray.actors.shared): one client per
@@ -222,15 +223,17 @@ def run_pipeline(
                 on_progress(ray.get(tracker.snapshot.remote()))
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
+    buffered = BufferedQuestionWriter(writer)
     try:
         for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            writer.write(batch)
+            buffered.append(batch)
     except Exception as exc:  # Ray Data wraps stage errors as text; the tracker kept the structured cause
         failure = ray.get(tracker.failure.remote())
         if failure is not None:
             raise StageFailed(failure["summary"], failure=failure) from None
         raise StageFailed(f"pipeline failed: {type(exc).__name__}: {str(exc)[:500]}") from exc
     finally:
+        buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
         stop.set()
         if poller is not None:
             poller.join(timeout=2)

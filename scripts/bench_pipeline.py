@@ -190,7 +190,7 @@ class RssSampler:
     descendants (GCS, raylet, workers), and the CPU seconds each process used.
     """
 
-    def __init__(self, exclude: set[int], interval_s: float = 0.5):
+    def __init__(self, exclude: set[int], interval_s: float = 1.0):
         self.exclude, self.interval_s = exclude, interval_s
         self.hwm: dict[int, int] = {}
         self.names: dict[int, str] = {}
@@ -244,7 +244,9 @@ class RssSampler:
         self.driver_anon_peak = max(self.driver_anon_peak, st.get("RssAnon", 0))
         self.driver_shmem_peak = max(self.driver_shmem_peak, st.get("RssShmem", 0))
         total, self._ticks = 0, self._ticks + 1
-        pss = self._ticks % 2 == 1  # reading smaps_rollup costs the driver CPU: every other tick
+        # smaps_rollup (PSS) costs the driver about 40 ms of CPU for Ray's processes on 2 cores, the rest of a
+        # tick about 7 ms: PSS every other tick keeps the sampler near 2.5% of a core (it was 5% at 0.5 s)
+        pss = self._ticks % 2 == 1
         for pid in mine:
             total += _pss(pid) if pss else 0
             self.hwm[pid] = max(self.hwm.get(pid, 0), _proc_status(pid).get("VmHWM", 0))
@@ -349,62 +351,39 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
 
 
 class _LocalCluster:
-    """Ray on ``nodes`` local nodes: ``init_ray()`` for one, ``ray.cluster_utils.Cluster`` for more."""
+    """Ray on ``nodes`` local nodes: ``init_ray()`` for one, :func:`aml_ray.ray_runtime.local_cluster` for more."""
 
     def __init__(self, nodes: int):
-        self.nodes, self.cluster, self.tmp = nodes, None, None
+        self.nodes, self.started, self._cluster = nodes, False, None
 
     def __enter__(self) -> "_LocalCluster":
-        from aml_ray.ray_runtime import init_ray
+        from aml_ray.ray_runtime import init_ray, local_cluster
 
         if self.nodes == 1:
             self.started = init_ray()
             return self
-        import ray
-        from ray.cluster_utils import Cluster
-
-        self.tmp = tempfile.mkdtemp(prefix="amlb-", dir="/tmp")  # short: socket paths have a length limit
-        os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": self.tmp})
-        cpus = max(1, (os.cpu_count() or 2) // self.nodes)
-        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": cpus, "include_dashboard": False})
-        for i in range(1, self.nodes):
-            self.cluster.add_node(num_cpus=cpus, resources={f"node{i}": 1})
-        ray.init(address=self.cluster.address, log_to_driver=False, logging_level="warning")
-        self.cluster.wait_for_nodes()
-
-        @ray.remote(num_cpus=0, resources={f"node{self.nodes - 1}": 0.001})
-        def ping() -> str:
-            return ray.get_runtime_context().get_node_id()
-
-        ray.get(ping.remote(), timeout=120)  # the last node is up and runs tasks
-        import logging
-
-        import ray.data
-
-        logging.getLogger("ray.data").setLevel(logging.ERROR)
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        self.started = True
+        cpus = max(1, (os.cpu_count() or 2) // self.nodes)  # the machine's CPUs split between the nodes
+        self._cluster = local_cluster({"num_cpus": cpus}, [{"num_cpus": cpus}] * (self.nodes - 1), prefix="amlb-")
+        self._cluster.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         import ray
 
-        if self.started:
+        if self._cluster is not None:
+            self._cluster.__exit__(None, None, None)
+        elif self.started:
             ray.shutdown()
-        if self.cluster is not None:
-            self.cluster.shutdown()
-            import shutil
-
-            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, judge, *, top_k: int,
-                     options, exclude_pids: set[int], nodes: int = 1, retrieval_only: bool = False) -> dict[str, Any]:
+                     options, exclude_pids: set[int], nodes: int = 1, retrieval_only: bool = False,
+                     warmup=None, before_measure=None) -> dict[str, Any]:
     """Start Ray (on ``nodes`` local nodes), run the pipeline, stop Ray; returns timings and memory.
 
     ``retrieval_only``: Ingest and Search only (``run_pipeline(retrieval_only=True)``), no Answer/Judge.
+    ``warmup``: other inputs run first on the same Ray (as a service's worker runs job after job: Ray Data's
+    own actors and the dashboard agent are then up), then ``before_measure()`` (resets the server's counters).
     """
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.evidence import RunDir
@@ -418,8 +397,17 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
         out["driver_rss_before_ray"] = _proc_status(os.getpid()).get("VmRSS", 0)
         t0 = time.perf_counter()
         ray_nodes = _LocalCluster(nodes).__enter__()
-        t1 = time.perf_counter()
         try:
+            if warmup is not None:
+                w0 = time.perf_counter()
+                run_pipeline(warmup, run_dir=RunDir(Path(tmp) / "warmup"), participant=spec, answer=answer,
+                             judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
+                             top_k=top_k, options=options, retrieval_only=retrieval_only)
+                out["warmup_s"] = time.perf_counter() - w0
+                time.sleep(2.0)  # the worker processes Ray starts after a job (its pool of idle workers) settle
+                if before_measure is not None:
+                    before_measure()
+            t1 = time.perf_counter()
             c0, m0 = time.process_time(), machine_cpu()
             out["mono_start"] = time.monotonic()
             questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
@@ -444,7 +432,7 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
         lat = questions["search_latency_ms"].drop_nulls()
         out["search_latency_ms"] = {"p50": lat.quantile(0.5), "p95": lat.quantile(0.95)} if lat.len() else {}
     worker_hwm, worker_name = rss.largest_worker()
-    out.update(ray_start_s=t1 - t0, pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
+    out.update(ray_start_s=t1 - t0 - out.get("warmup_s", 0.0), pipeline_s=t2 - t1, end_to_end_s=t2 - t0, scored=scored,
                questions=questions.height, driver_peak_rss=driver_peak_rss(), worker_peak_rss=worker_hwm,
                worker_peak_name=worker_name, ray_total_peak_pss=rss.total_peak, cpu_s=rss.cpu_by_process(),
                first_seen={k: v - out["mono_start"] for k, v in sorted(rss.first_seen.items(), key=lambda kv: kv[1])},
@@ -460,6 +448,8 @@ def search_run(args) -> dict[str, Any]:
 
     tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")
     inputs = synthetic_inputs(search_shape(args.queries, args.samples), Path(tmp.name))
+    warmup = (synthetic_inputs(Shape(samples=4, sessions=1, turns=2, questions=25, words_per_turn=8),
+                               Path(tmp.name) / "warmup", run_id="warmup") if args.warm else None)
     offline_answer, offline_judge = model_endpoint_from_env("answer", {}), model_endpoint_from_env("judge", {})
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
                        "--memories", str(args.memories)) as server:
@@ -471,7 +461,7 @@ def search_run(args) -> dict[str, Any]:
             pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
                                     top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
                                     exclude_pids={server.proc.pid}, nodes=args.nodes,
-                                    retrieval_only=kind == "retrieval")
+                                    retrieval_only=kind == "retrieval", warmup=warmup, before_measure=server.reset)
             n, rate = server.rate("search")
             stats = server.stats()
             pipe.update(rate=rate, steady=stats["steady"].get("search"), searches=n, adds=stats["n"].get("add", 0), kind=kind,
@@ -767,8 +757,10 @@ def _print_load(runs: list[dict[str, Any]]) -> None:
 
 
 def _nodes_note(args, runs: list[dict[str, Any]]) -> str:
+    warm = ("\n  warm Ray: a 100-question job ran first on the same Ray (Ray Data's own actors up, as in the "
+            "service's worker); Ray start excludes it") if getattr(args, "warm", False) else ""
     if args.nodes == 1:
-        return ""
+        return warm
     spread = sorted({r["pipeline"].get("stage_nodes") for r in runs})
     return (f"\n  on a {args.nodes}-node local cluster (ray.cluster_utils.Cluster, CPUs split between nodes); "
             f"stage actors ran on {'/'.join(map(str, spread))} node(s)")
@@ -830,6 +822,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("ingest-parallelism", "batches-in-flight", "model-batch-size"):
         p.add_argument(f"--{name}", type=int, default=None, help="PipelineOptions override")
     p.add_argument("--nodes", type=int, default=1, help="local Ray nodes (2: ray.cluster_utils.Cluster, CPUs split)")
+    p.add_argument("--warm", action="store_true",
+                   help="--mode search: run a small job first on the same Ray, then measure (a service's warm Ray)")
     p.add_argument("--verbose", action="store_true", help="also print CPU seconds per process")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -23,10 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -145,36 +142,24 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
     Returns:
         The figures and counts printed as ``RESULT``.
     """
-    tmp = tempfile.mkdtemp(prefix="amlnl-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0",
-                       "RAY_TMPDIR": tmp})
     import ray
     import ray.data
-    from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.evaluation import EvaluationConfig, evaluate
+    from aml_ray.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
     t_start = time.perf_counter()
-    head_args: dict = {"num_cpus": 1, "resources": {"head_node": 1}, "include_dashboard": False}
+    head_args: dict = {"num_cpus": 1, "resources": {"head_node": 1}}
     if health_check_ms:
         head_args["_system_config"] = {"health_check_period_ms": health_check_ms,
                                        "health_check_timeout_ms": health_check_ms,
                                        "health_check_failure_threshold": 3}
-    cluster = Cluster(initialize_head=True, head_node_args=head_args)
-    try:
-        worker = cluster.add_node(num_cpus=2, resources={"worker_node": 1})
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
-        cluster.wait_for_nodes()
-
-        @ray.remote(num_cpus=0, resources={"worker_node": 0.001})
-        def where() -> str:
-            return ray.get_runtime_context().get_node_id()
-
-        worker_id = ray.get(where.remote(), timeout=120)
+    with local_cluster(head_args, [{"num_cpus": 2, "resources": {"worker_node": 1}}], prefix="amlnl-") as local:
+        cluster, worker, worker_id = local.cluster, local.nodes[0], local.node_ids[0]
         head_id = ray.get_runtime_context().get_node_id()
         cluster_ready_s = time.perf_counter() - t_start
         ctx = ray.data.DataContext.get_current()
@@ -223,10 +208,6 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
             "progress": [(round(t, 2), c) for t, c in watcher.progress],
             "cluster_ready_s": cluster_ready_s, "job_s": job_s, "total_s": time.perf_counter() - t_start,
         }
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

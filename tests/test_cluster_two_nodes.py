@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,29 +38,17 @@ def test_job_runs_across_two_nodes(tmp_path):
 
 
 def _run(out_dir: Path) -> dict:
-    tmp = tempfile.mkdtemp(prefix="amlc-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0",
-                       "RAY_TMPDIR": tmp})
     import ray
-    from ray.cluster_utils import Cluster
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.evaluation import EvaluationConfig, evaluate
+    from aml_ray.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"head_node": 1}, "include_dashboard": False})
-    try:
-        cluster.add_node(num_cpus=1, resources={"second_node": 1})
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
-        cluster.wait_for_nodes()
-
-        @ray.remote(num_cpus=0, resources={"second_node": 0.001})
-        def where() -> str:
-            return ray.get_runtime_context().get_node_id()
-
-        second = ray.get(where.remote(), timeout=120)
+    with local_cluster({"num_cpus": 1, "resources": {"head_node": 1}},
+                       [{"num_cpus": 1, "resources": {"second_node": 1}}]) as local:
+        second = local.node_ids[0]
         with ReferenceServer(out_dir / "ref") as ref:
             spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
             result = evaluate(EvaluationConfig(
@@ -77,10 +63,6 @@ def _run(out_dir: Path) -> dict:
                 "scorable": info["dataset"]["scorable_questions"], "chunks": info["dataset"]["chunks"],
                 "scored": int((q["status"] == "scored").sum()), "excluded": int(q["excluded"].sum()),
                 "add_rows": info["evidence"]["add_rows"], "add_failed": info["adds"]["failed"]}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import (QUESTION_SCHEMA, SUMMARY_COLUMNS, QuestionWriter, RunDir, empty_question_row,
+from aml_ray.evidence import (QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
                               read_questions, to_table)
 from aml_ray.ids import IdScheme
 from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows
@@ -117,3 +117,29 @@ def test_streamed_part_file_and_column_pruned_read(tmp_path):
     assert read_questions(run_dir).select(SUMMARY_COLUMNS).equals(small)
     with pytest.raises(ValueError, match=r"no columns \['memory'\]"):
         read_questions(run_dir, columns=["memory"])
+
+
+def test_buffered_writer_writes_by_rows_by_time_and_on_flush(tmp_path):
+    run_dir = RunDir(tmp_path)
+    now = [100.0]
+    buffered = BufferedQuestionWriter(QuestionWriter(run_dir), min_rows=3, max_wait_s=2.0, clock=lambda: now[0])
+
+    def files() -> list[int]:
+        return [pq.ParquetFile(p).metadata.num_rows for p in sorted(run_dir.questions.glob("part-*.parquet"))]
+
+    buffered.append(to_table(_rows(2), QUESTION_SCHEMA))
+    assert files() == []  # 2 rows, 0 s: buffered
+    buffered.append(to_table(_rows(1, 2), QUESTION_SCHEMA).select(list(reversed(QUESTION_SCHEMA.names))))
+    assert files() == [3]  # min_rows reached: one part file, columns put back in schema order
+    buffered.append(to_table(_rows(1, 3), QUESTION_SCHEMA))
+    now[0] += 2.5
+    buffered.append(to_table(_rows(1, 4), QUESTION_SCHEMA))  # 2.5 s since the last write: written at once
+    assert files() == [3, 2]
+    now[0] += 0.5
+    buffered.append(to_table(_rows(1, 5), QUESTION_SCHEMA))
+    buffered.append(QUESTION_SCHEMA.empty_table())
+    assert files() == [3, 2]
+    buffered.flush()
+    buffered.flush()  # nothing left: no empty file
+    assert files() == [3, 2, 1]
+    assert read_questions(run_dir)["question_id"].to_list() == [f"q{i}" for i in range(6)]

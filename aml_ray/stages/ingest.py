@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
 from aml_ray.inputs import read_sample_files
+from aml_ray.ray_runtime import use_arrow_ipc_serialization
 from aml_ray.stages._common import participant_failure, report, report_total
 from aml_ray.stages.search import final_status, search_rows
 
@@ -80,6 +81,7 @@ class IngestStage:
     """
 
     def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False):
+        use_arrow_ipc_serialization()
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k

@@ -1,0 +1,43 @@
+"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.ray_runtime.use_arrow_ipc_serialization)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table
+from aml_ray.ray_runtime import _table_to_ipc, use_arrow_ipc_serialization
+
+
+def _questions(n: int) -> pa.Table:
+    return to_table([empty_question_row() | {"question_id": f"q{i}", "question": "When did Caroline go? " * 4,
+                                             "memories": [{"id": f"m{k}", "content": "memory " * 20, "score": 0.5}
+                                                          for k in range(10)]}
+                     for i in range(n)], QUESTION_SCHEMA)
+
+
+def test_a_slice_is_serialized_without_the_rest_of_its_buffers():
+    whole = _questions(1_000)
+    part = whole.slice(500, 10)
+    assert _table_to_ipc(part).size < _table_to_ipc(whole).size / 50  # ARROW-10739 stays worked around
+
+
+def test_tables_round_trip_through_the_object_store(ray_session):
+    import ray
+
+    use_arrow_ipc_serialization()
+    use_arrow_ipc_serialization()  # idempotent
+    table = _questions(300)
+    part = table.slice(100, 7)
+    assert ray.get(ray.put(part)).equals(part)
+
+    @ray.remote(num_cpus=0)
+    def stage_output(n: int) -> pa.Table:
+        use_arrow_ipc_serialization()
+        return _questions(n).slice(2, n - 3)  # a stage actor's block, as the pipeline's stages return them
+
+    back = ray.get(stage_output.remote(20))
+    assert back.schema.equals(QUESTION_SCHEMA) and back.num_rows == 17
+    assert back.column("question_id").to_pylist() == [f"q{i}" for i in range(2, 19)]
+    assert back.column("memories")[0].as_py()[3] == {"id": "m3", "content": "memory " * 20, "score": 0.5,
+                                                     "created_at": None, "parts": None}
+    assert ray.get(ray.put(QUESTION_SCHEMA.empty_table())).num_rows == 0
