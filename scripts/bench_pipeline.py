@@ -32,6 +32,10 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
     at ``--scale 1`` and on one round of its thread pool (10 samples) above, extrapolated by rounds
     (every sample has the same shape, so every round costs the same); ``--peer-samples N`` changes that.
 
+``--warm`` (search mode) runs a small job on the same Ray first and measures the next one, as a service's
+worker runs job after job: Ray Data's own actors (stats, autoscaling coordinator, actor locations) and
+the dashboard agent are then started, and their start-up CPU is not in the measured run.
+
 ``--repeat R`` runs R independent measurements, each in a fresh process (Ray started anew each time),
 and prints the median. ``--nodes 2`` runs the pipeline on a two-node local cluster
 (``ray.cluster_utils.Cluster``, CPUs split between the nodes). ``--verbose`` adds CPU seconds per
