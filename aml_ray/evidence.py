@@ -84,6 +84,39 @@ QUESTION_SCHEMA = pa.schema([
 ])
 
 
+#: The columns the Search fills (:func:`search_columns`), in ``QUESTION_SCHEMA`` order.
+SEARCH_COLUMNS = ("search_status", "search_http_status", "search_attempts", "search_retried_statuses",
+                  "search_latency_ms", "search_request_sha256", "contract", "search_error", "memories",
+                  "n_memories")
+SEARCH_SCHEMA = pa.schema([QUESTION_SCHEMA.field(name) for name in SEARCH_COLUMNS])
+
+
+def search_columns(outcomes: list[dict[str, Any]]) -> pa.Table:
+    """Search outcomes -> their question columns (:data:`SEARCH_SCHEMA`), one row per outcome, in order.
+
+    Built column by column: one Arrow conversion per column instead of one dict per row (the memories,
+    ten structs a row and more, are most of a question row's bytes).
+
+    Args:
+        outcomes: :meth:`aml_ray.actors.participant.ParticipantClient.search` outcomes (``status``,
+            ``http_status``, ``attempts``, ``retried_statuses``, ``latency_ms``, ``request_sha256``,
+            ``error``, ``memories`` with string ``content``; a memory returned as parts carries
+            ``parts`` too, already stored by :func:`aml_ray.media.memories_to_evidence`).
+    """
+    return pa.Table.from_pydict({
+        "search_status": [o["status"] for o in outcomes],
+        "search_http_status": [o["http_status"] for o in outcomes],
+        "search_attempts": [o["attempts"] for o in outcomes],
+        "search_retried_statuses": [o["retried_statuses"] for o in outcomes],
+        "search_latency_ms": [o["latency_ms"] for o in outcomes],
+        "search_request_sha256": [o["request_sha256"] for o in outcomes],
+        "contract": ["ok" if o["status"] == "ok" else None for o in outcomes],
+        "search_error": [o["error"] for o in outcomes],
+        "memories": [o["memories"] for o in outcomes],
+        "n_memories": [len(o["memories"]) for o in outcomes],
+    }, schema=SEARCH_SCHEMA)
+
+
 #: The per-question figures a run's summary reads (:func:`aml_ray.evaluation.evaluate`: the score table of
 #: :func:`aml_ray.scoring.aggregate`, run.json's search, token, cost and judge-run figures): the question id,
 #: category, statuses, scores, latencies and token counts, without the memories, question, gold, answer or

@@ -334,6 +334,28 @@ class MediaStore:
                 else {"type": "image_url", "image_url": {"url": self.data_url(p["media"])}} for p in parts]
 
 
+def memories_to_evidence(memories: list[dict[str, Any]], store: MediaStore) -> list[dict[str, Any]]:
+    """Search memories -> evidence memories: one returned as parts gets its images stored once by hash.
+
+    Args:
+        memories: validated Search memories (``content`` a string, or a list of contract parts).
+        store: the run's media store.
+
+    Returns:
+        The same memories in order; a parts memory becomes ``{..., "content": <rendered parts>,
+        "parts": <evidence parts>}`` (:func:`render_parts`, :meth:`MediaStore.externalize`).
+    """
+    if not any(isinstance(m["content"], list) for m in memories):
+        return memories
+    out = []
+    for m in memories:
+        if isinstance(m["content"], list):
+            parts = store.externalize(m["content"])
+            m = {**m, "content": render_parts(parts), "parts": parts}
+        out.append(m)
+    return out
+
+
 def render_parts(parts: list[dict[str, Any]], sep: str = "\n") -> str:
     """Evidence parts as text: text parts (markers escaped) and ``<image media:<sha256>>`` in order."""
     return sep.join(escape_text(p["text"]) if p["type"] == "text"

@@ -49,11 +49,31 @@ class PipelineOptions:
             bundle whose batches run concurrently, up to 4); as many again are queued behind them.
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
+        samples_per_task: samples per Ingest task; None picks one with :meth:`ingest_layout`.
     """
 
     ingest_parallelism: int = 16
     batches_in_flight: int = 8
     model_batch_size: int | None = None
+    samples_per_task: int | None = None
+
+    def ingest_layout(self, n_samples: int) -> tuple[int, int]:
+        """``(samples per Ingest task, Ingest tasks at once)`` for a run of ``n_samples``.
+
+        Each Ray Data task costs the Ingest actor and the driver milliseconds of CPU whatever its size
+        (task dispatch, the output block, the executor's bookkeeping), next to a fraction of a
+        millisecond per question. So when samples are many, one task takes several: up to 8, and no
+        more than ``n_samples // (2 * ingest_parallelism)`` (the tasks still outnumber twice the
+        samples in progress, so the last ones do not wait on one long task). A task's samples run at
+        once; the actor holds at most ``ingest_parallelism`` samples in progress across its tasks
+        (:class:`aml_ray.stages.IngestStage` ``samples_at_once``), and runs twice as many tasks as
+        that needs, so a finishing sample's slot is taken at once by a queued one.
+        ``samples_per_task`` overrides the choice.
+        """
+        per_task = self.samples_per_task or max(1, min(8, n_samples // (2 * self.ingest_parallelism)))
+        if per_task == 1:
+            return 1, self.ingest_parallelism
+        return per_task, 2 * -(-self.ingest_parallelism // per_task)
 
     def model_batch_for(self, endpoint: ModelEndpoint) -> int:
         """Rows per Answer/Judge batch for ``endpoint``.
@@ -188,13 +208,16 @@ def run_pipeline(
                                  max_tasks_in_flight_per_actor=2 * in_flight)
 
     common = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
-    # one block per sample, holding only its file's path (the driver never holds the rows): one Ingest task
-    # per sample, `ingest_parallelism` at once; IngestFromFiles reads the sample in the actor
+    # blocks of sample file paths (the driver never holds the rows), one Ingest task per block: one sample
+    # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
+    # sample in the actor when its turn comes
+    per_task, tasks = opts.ingest_layout(inputs.n_samples)
     ds = ray.data.from_items([{"path": p} for p in inputs.sample_paths()],
-                             override_num_blocks=max(1, inputs.n_samples))
-    ds = ds.map_batches(IngestFromFiles, batch_size=1, compute=pool(opts.ingest_parallelism),
+                             override_num_blocks=max(1, -(-inputs.n_samples // per_task)))
+    ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
-                                               "top_k": top_k, "tracker": tracker, "final": retrieval_only},
+                                               "top_k": top_k, "tracker": tracker, "final": retrieval_only,
+                                               "samples_at_once": None if per_task == 1 else opts.ingest_parallelism},
                         **common)
     # Ingest emits one block per sample, its questions searched. Ray Data bundles blocks up to the
     # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose

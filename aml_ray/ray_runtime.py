@@ -138,6 +138,41 @@ def on_this_node():
     return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
 
 
+#: Young-generation threshold of the garbage collector in the hot-path actors (CPython's default: 700).
+ACTOR_GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def tune_actor_gc() -> bool:
+    """Make Python's cyclic garbage collector cheap in this Ray actor: freeze start-up objects, collect less often.
+
+    An actor's heap holds Ray's, Arrow's and aiohttp's modules (about 136,000 tracked objects), and each
+    request it serves allocates hundreds of short-lived objects, so CPython's defaults (a young
+    collection every 700 allocations, traversals of the older generations every 10) spend a tenth of
+    the actor's CPU in the collector (``perf``: ``gc_collect_main``, ``visit_decref``,
+    ``visit_reachable``). ``gc.freeze()`` moves the objects alive after start-up to a generation the
+    collector never traverses, and :data:`ACTOR_GC_THRESHOLDS` collect the young generation every
+    20,000 allocations. Objects freed by reference counting (nearly all of them) are freed at once as
+    before; only garbage cycles wait longer. Measured (a ``ParticipantClient`` actor, 10,000 Searches
+    at 20 ms and 64 in flight, 2 cores): 0.48-0.50 ms of actor CPU per Search with the defaults,
+    0.44 with the freeze alone, 0.37-0.39 with both (the same client in a plain process: 0.36-0.39).
+
+    Called by the hot-path actors' constructors (participant and model clients, the pipeline's stage
+    actors). Does nothing outside a Ray actor: a driver or a test process keeps its own settings.
+
+    Returns:
+        True when the collector was tuned (this process is a Ray actor).
+    """
+    import gc
+
+    import ray
+
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return False
+    gc.freeze()
+    gc.set_threshold(*ACTOR_GC_THRESHOLDS)
+    return True
+
+
 def undo_worker_niceness() -> bool:
     """Run every thread of this process at nice 0, the driver's priority, undoing Ray's worker niceness.
 

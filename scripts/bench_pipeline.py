@@ -623,7 +623,7 @@ def e2e_run(args) -> dict[str, Any]:
 
 def pipeline_options(args, cls):
     kw = {}
-    for name in ("ingest_parallelism", "batches_in_flight", "model_batch_size"):
+    for name in ("ingest_parallelism", "batches_in_flight", "model_batch_size", "samples_per_task"):
         value = getattr(args, name)
         if value is not None:
             kw[name] = value
@@ -823,7 +823,7 @@ def main(argv: list[str] | None = None) -> None:
                         "of the 10-thread pool (default: all at --scale 1, 10 = one round above)")
     p.add_argument("--repeat", type=int, default=1, help="independent runs, each in a fresh process; median")
     p.add_argument("--json", type=Path, default=None, help="also write all runs' figures here")
-    for name in ("ingest-parallelism", "batches-in-flight", "model-batch-size"):
+    for name in ("ingest-parallelism", "batches-in-flight", "model-batch-size", "samples-per-task"):
         p.add_argument(f"--{name}", type=int, default=None, help="PipelineOptions override")
     p.add_argument("--nodes", type=int, default=1, help="local Ray nodes (2: ray.cluster_utils.Cluster, CPUs split)")
     p.add_argument("--warm", action="store_true",

@@ -24,6 +24,7 @@ import time
 from typing import Any, Literal
 
 import aiohttp
+import pyarrow as pa
 from aiolimiter import AsyncLimiter
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -34,8 +35,8 @@ from aml_ray.contract import (
     search_memories,
     validate_add_response,
 )
-from aml_ray.media import MediaLimits, media_context
-from aml_ray.ray_runtime import undo_worker_niceness
+from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
+from aml_ray.ray_runtime import tune_actor_gc, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
@@ -156,12 +157,14 @@ class ParticipantClient:
     def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False):
         if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
             undo_worker_niceness()
+            tune_actor_gc()
         self.spec = spec
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._limiter: AsyncLimiter | None = None
         self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
+        self._ipc = False  # Arrow IPC serialization registered in this process (search_table)
 
     def _ensure(self) -> aiohttp.ClientSession:
         # Created lazily inside the running event loop (aiohttp sessions bind to their loop).
@@ -375,6 +378,35 @@ class ParticipantClient:
         ctx = media_context(self.spec.media)
         return await self.search_many([(SearchRequest.model_validate(i["request"], context=ctx), i["ref"])
                                        for i in items])
+
+    async def search_table(self, items: list[dict[str, Any]], media_root: str | None = None) -> pa.Table:
+        """A batch of Searches as the questions' Search columns (:data:`aml_ray.evidence.SEARCH_SCHEMA`).
+
+        What the pipeline's Ingest stage calls: the outcomes leave this actor as one Arrow table (one
+        IPC stream through Ray's object store) instead of a pickled dict per question and memory.
+
+        Args:
+            items: as :meth:`search_batch`.
+            media_root: the run's media folder (Multimodal): images in memories returned as parts are
+                stored there once by hash (:func:`aml_ray.media.memories_to_evidence`).
+
+        Returns:
+            One row per item, in order.
+
+        Raises:
+            ContractError, ParticipantError: as :meth:`search`.
+        """
+        from aml_ray.evidence import search_columns  # here: the evidence module loads polars (start-up CPU)
+
+        if not self._ipc:
+            use_arrow_ipc_serialization()
+            self._ipc = True
+        outcomes = await self.search_batch(items)
+        if media_root is not None and self.spec.media is not None:
+            store = MediaStore(media_root)
+            for o in outcomes:
+                o["memories"] = memories_to_evidence(o["memories"], store)
+        return search_columns(outcomes)
 
 
 def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):

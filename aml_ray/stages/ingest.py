@@ -17,6 +17,7 @@ sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -24,10 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import QUESTION_SCHEMA, AddJournal, RunDir, to_table
+from aml_ray.evidence import SEARCH_COLUMNS, AddJournal, RunDir
 from aml_ray.inputs import read_sample_files
-from aml_ray.ray_runtime import use_arrow_ipc_serialization
-from aml_ray.stages._common import participant_failure, report, report_total
+from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
+from aml_ray.stages._common import participant_failure, report, report_total, table_with
 from aml_ray.stages.search import final_status, search_rows
 
 
@@ -68,7 +69,10 @@ class IngestStage:
     """Adds one sample's chunks in order, journals their evidence, searches its questions, emits them.
 
     Input rows: ``{sample_id, adds_json, add_meta_json, questions_json}``: the ordered AddRequest dicts,
-    their metadata (chunk_index, n_words, session_index) and the sample's pending question rows.
+    their metadata (chunk_index, n_words, session_index) and the sample's pending question rows; one
+    row per sample, several samples per task when samples are many (one Ray Data task costs the actor
+    and the driver milliseconds of CPU, measured with ``scripts/bench_pipeline.py``). Output: the
+    task's question rows, searched, one table.
 
     Args:
         participant: the ``ParticipantClient`` actor handle.
@@ -78,15 +82,22 @@ class IngestStage:
         tracker: optional ``ProgressTracker`` actor handle.
         final: a retrieval-only run ends here: each question row also gets its final ``status``
             (:func:`aml_ray.stages.search.final_status`).
+        samples_at_once: at most this many samples in progress in this actor across its tasks (each
+            task's samples run at once; :attr:`aml_ray.pipeline.PipelineOptions.samples_per_task`); None:
+            no actor-wide limit (the tasks' own count bounds it).
     """
 
-    def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False):
+    def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False,
+                 samples_at_once: int | None = None):
         use_arrow_ipc_serialization()
+        tune_actor_gc()
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k
         self.tracker = tracker
         self.final = final
+        self.samples_at_once = samples_at_once
+        self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         if not adds:
@@ -103,37 +114,67 @@ class IngestStage:
             raise
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
-        out: list[dict[str, Any]] = []
-        for row in batch.to_pylist():
-            sid = row["sample_id"]
-            adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
-            questions = json.loads(row["questions_json"])
-            journal = AddJournal(self.run_dir, sid)
-            done = {r["chunk_index"] for r in journal.rows()}
-            by_step: dict[int, list[dict[str, Any]]] = {}
-            for q in questions:
-                if q["step"] is not None:
-                    by_step.setdefault(q["step"], []).append(q)
-            n_done = len(done)
-            for positions, step in segments(meta, set(by_step)):
-                todo = [p for p in positions if meta[p]["chunk_index"] not in done]
-                await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
-                n_done += len(todo)
-                # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
-                report_total(self.tracker, "add", sid, n_done)
-                if step is not None:
-                    await search_rows(self.participant, by_step[step], self.top_k, self.tracker,
-                                      media_root=str(self.run_dir.media))
-            if not journal.final.exists():
-                journal.finish()
-            await search_rows(self.participant, [q for q in questions if q["step"] is None], self.top_k,
-                              self.tracker, media_root=str(self.run_dir.media))
-            report(self.tracker, "search", len(questions))
-            if self.final:
-                for q in questions:
-                    q["status"] = final_status(q)
-            out.extend(questions)
-        return to_table(out, QUESTION_SCHEMA)
+        # A task's samples run at once, each holding one of the actor's sample slots while it runs; the
+        # table goes out when the last one is done. A failing sample cancels the others (TaskGroup).
+        if self.samples_at_once is not None and self._slots is None:
+            self._slots = asyncio.Semaphore(self.samples_at_once)
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self._held(row)) for row in batch.to_pylist()]
+        except BaseExceptionGroup as failed:  # the first sample's error, as a one-sample task raises it
+            raise failed.exceptions[0] from None
+        return pa.concat_tables([t.result() for t in tasks])
+
+    async def _held(self, row: dict[str, Any]) -> pa.Table:
+        if self._slots is None:
+            return await self._sample(self._load(row))
+        async with self._slots:  # read only once it runs: a queued sample holds no memory
+            return await self._sample(self._load(row))
+
+    def _load(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The sample's input row from the task's row (here the same row)."""
+        return row
+
+    async def _sample(self, row: dict[str, Any]) -> pa.Table:
+        """One sample: its Adds in order (journalled; Streaming steps searched between them), its Searches.
+
+        Returns its question rows (``QUESTION_SCHEMA``): a Streaming step's questions in step order, then
+        the others, each in input order.
+        """
+        sid = row["sample_id"]
+        adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
+        questions = json.loads(row["questions_json"])
+        journal = AddJournal(self.run_dir, sid)
+        done = {r["chunk_index"] for r in journal.rows()}
+        by_step: dict[int, list[dict[str, Any]]] = {}
+        for q in questions:
+            if q["step"] is not None:
+                by_step.setdefault(q["step"], []).append(q)
+        searched: list[tuple[list[dict[str, Any]], pa.Table]] = []
+        media_root = str(self.run_dir.media)
+        n_done = len(done)
+        for positions, step in segments(meta, set(by_step)):
+            todo = [p for p in positions if meta[p]["chunk_index"] not in done]
+            await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
+            n_done += len(todo)
+            # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
+            report_total(self.tracker, "add", sid, n_done)
+            if step is not None:
+                rows = by_step[step]
+                searched.append((rows, await search_rows(self.participant, rows, self.top_k, self.tracker,
+                                                         media_root=media_root)))
+        if not journal.final.exists():
+            journal.finish()
+        rows = [q for q in questions if q["step"] is None]
+        searched.append((rows, await search_rows(self.participant, rows, self.top_k, self.tracker,
+                                                 media_root=media_root)))
+        report(self.tracker, "search", len(questions))
+        ordered = [q for rows, _ in searched for q in rows]
+        columns = pa.concat_tables([table for _, table in searched])
+        if self.final:
+            for q, status in zip(ordered, columns.column("search_status").to_pylist()):
+                q["status"] = final_status(status)
+        return table_with(ordered, columns, SEARCH_COLUMNS)
 
 
 class IngestFromFiles(IngestStage):
@@ -152,5 +193,5 @@ class IngestFromFiles(IngestStage):
     per worker start on 2 cores that the first Searches would share.
     """
 
-    async def __call__(self, batch: pa.Table) -> pa.Table:
-        return await super().__call__(read_sample_files(batch.column("path").to_pylist()))
+    def _load(self, row: dict[str, Any]) -> dict[str, Any]:
+        return read_sample_files([row["path"]]).to_pylist()[0]
