@@ -130,6 +130,27 @@ async def test_transient_errors_exhaust_into_an_error_outcome(scripted):
     assert out["memories"] == []
 
 
+async def test_search_table_holds_each_outcome_as_its_question_columns(scripted):
+    """search_table: the outcomes of search_batch, one Arrow row each in order (the Ingest stage's columns)."""
+    from aml_ray.evidence import SEARCH_SCHEMA
+
+    script, server = scripted
+    script.replies.extend([(200, {}), (503, {}), (503, {}), (503, {}), (503, {})])
+    client = ParticipantClient(spec_for(server, max_in_flight=1))  # one at a time: the scripted order holds
+    items = [{"ref": f"ref-{i}", "request": {"query": f"q{i}", "user_id": "u", "top_k": 5}} for i in range(2)]
+    table = await client.search_table(items)
+    await client.aclose()
+    assert table.schema.equals(SEARCH_SCHEMA) and table.num_rows == 2
+    ok, failed = table.to_pylist()
+    assert ok["search_status"] == "ok" and ok["contract"] == "ok" and ok["search_http_status"] == 200
+    assert ok["n_memories"] == 1 and ok["memories"] == [{"id": "m1", "content": "echo q0", "score": 1.0,
+                                                         "created_at": None, "parts": None}]
+    assert ok["search_latency_ms"] > 0 and len(ok["search_request_sha256"]) == 64 and ok["search_error"] is None
+    assert failed["search_status"] == "error" and failed["contract"] is None and failed["n_memories"] == 0
+    assert failed["search_attempts"] == 4 and failed["search_retried_statuses"] == [503] * 4
+    assert failed["search_error"] == "gave up after 4 attempts: HTTP 503"
+
+
 async def test_timeout_is_transient_and_retried(scripted):
     script, server = scripted
     script.delay_s = 0.5

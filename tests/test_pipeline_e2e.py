@@ -133,6 +133,36 @@ def test_each_sample_is_its_own_ingest_task(tmp_path, locomo_file):
     assert result.run_info["adds"]["ok"] == 55
 
 
+def test_one_task_runs_its_samples_at_once(tmp_path, locomo_file):
+    """Two samples in one Ingest task (samples_per_task=2) still have their first Adds in flight together,
+    and every Add and question of both is in the evidence."""
+    from aml_ray.pipeline import PipelineOptions
+
+    seen: dict = {}
+    with ThreadServer(_rendezvous_app(seen)) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        result = evaluate(config(tmp_path, spec, locomo_file, limit_samples=2, retrieval_only=True,
+                                 options=PipelineOptions(samples_per_task=2)))
+    assert len(seen["users"]) == 2 and "timed_out" not in seen
+    assert result.run_info["adds"]["ok"] == 55
+    assert result.questions.height == 304
+    scored = result.questions.filter(~pl.col("excluded"))
+    assert scored["status"].unique().to_list() == ["retrieved"] and scored["n_memories"].sum() == 0
+
+
+@pytest.mark.parametrize("per_task,parallelism,n,expected", [
+    (None, 16, 10, (1, 16)),     # LoCoMo: one sample per task, as before
+    (None, 16, 100, (3, 12)),    # 100 samples: 3 a task, twice the 6 tasks that 16 samples need
+    (None, 16, 500, (8, 4)),     # capped at 8 a task
+    (None, 4, 9, (1, 4)),
+    (2, 16, 10, (2, 16)),        # an explicit choice
+])
+def test_ingest_layout(per_task, parallelism, n, expected):
+    from aml_ray.pipeline import PipelineOptions
+
+    assert PipelineOptions(ingest_parallelism=parallelism, samples_per_task=per_task).ingest_layout(n) == expected
+
+
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     """evaluate() reads only SUMMARY_COLUMNS back; its table and run.json figures are those of every column."""
     from aml_ray.evaluation import usage_summary
@@ -165,12 +195,17 @@ def _misbehaving_app(kind: str) -> FastAPI:
     return app
 
 
-@pytest.mark.parametrize("kind,field", [("too_many", "data"), ("wrong_echo", "request_id")])
-def test_contract_violation_stops_the_run_naming_the_field(tmp_path, locomo_file, kind, field):
+@pytest.mark.parametrize("kind,field,samples", [("too_many", "data", 1), ("wrong_echo", "request_id", 1),
+                                                 ("too_many", "data", 2)])
+def test_contract_violation_stops_the_run_naming_the_field(tmp_path, locomo_file, kind, field, samples):
+    """samples=2: both samples in one Ingest task; the first failure is raised as itself."""
+    from aml_ray.pipeline import PipelineOptions
+
     with ThreadServer(_misbehaving_app(kind)) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
         with pytest.raises(StageFailed) as info:
-            evaluate(config(tmp_path, spec, locomo_file, limit_samples=1))
+            evaluate(config(tmp_path, spec, locomo_file, limit_samples=samples,
+                            options=PipelineOptions(samples_per_task=samples)))
     assert info.value.failure["kind"] == "ContractError" and info.value.failure["field"] == field
     assert f"field '{field}'" in info.value.summary
     run = json.loads(RunDir(tmp_path / "run").run_json.read_text())

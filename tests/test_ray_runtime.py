@@ -1,11 +1,12 @@
-"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.ray_runtime.use_arrow_ipc_serialization)."""
+"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.ray_runtime.use_arrow_ipc_serialization);
+hot-path actors tune the garbage collector (tune_actor_gc)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table
-from aml_ray.ray_runtime import _table_to_ipc, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_gc, use_arrow_ipc_serialization
 
 
 def _questions(n: int) -> pa.Table:
@@ -41,3 +42,27 @@ def test_tables_round_trip_through_the_object_store(ray_session):
     assert back.column("memories")[0].as_py()[3] == {"id": "m3", "content": "memory " * 20, "score": 0.5,
                                                      "created_at": None, "parts": None}
     assert ray.get(ray.put(QUESTION_SCHEMA.empty_table())).num_rows == 0
+
+
+def test_gc_is_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
+    import gc
+
+    import ray
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    assert tune_actor_gc() is False  # the driver (here: the test process) keeps its own settings
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def __init__(self):
+            self.tuned = tune_actor_gc()
+
+        def state(self):
+            return self.tuned, gc.get_threshold(), gc.get_freeze_count()
+
+    probe = Probe.remote()
+    tuned, thresholds, frozen = ray.get(probe.state.remote())
+    ray.kill(probe)
+    assert tuned is True and thresholds == ACTOR_GC_THRESHOLDS
+    assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
