@@ -14,17 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 
 @dataclass
 class Reply:
-    """One scripted reply: an HTTP status, the assistant text, headers and a delay in seconds."""
+    """One scripted reply: an HTTP status, the assistant text, headers, a delay in seconds, or a raw body."""
 
     text: str = "ok"
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    body: str | None = None  # a 200 whose body is this text instead of a chat completion
 
 
 class FakeOpenAI:
@@ -56,6 +57,8 @@ class FakeOpenAI:
             self._seen[prompt] += 1
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
+            if reply.body is not None:
+                return PlainTextResponse(reply.body)
             if reply.status != 200:
                 return JSONResponse({"error": {"message": "scripted", "type": "test"}}, status_code=reply.status,
                                     headers=reply.headers)

@@ -89,6 +89,27 @@ async def test_empty_reply_is_an_error(fake):
     assert out["status"] == "error" and out["error"] == "empty reply"
 
 
+async def test_a_reply_that_is_not_a_chat_completion_is_retried_then_reported(fake):
+    fake.script = lambda p, n: Reply(body="<html>bad gateway</html>") if n == 0 else Reply("Paris")
+    client = ModelClient(endpoint(fake), FAST)
+    out = await client.complete(MSG)
+    assert (out["status"], out["text"], out["attempts"]) == ("ok", "Paris", 2)
+    fake.script = lambda p, n: Reply(body='{"choices": "none"}')
+    out = await client.complete([{"role": "user", "content": "again"}])
+    await client.aclose()
+    assert out["status"] == "error" and out["attempts"] == 3
+    assert out["error"] == "gave up after 3 attempts: malformed reply (not a chat completion)"
+
+
+def test_reply_fields_missing_read_as_empty_and_zero():
+    from aml_ray.actors.model import _reply
+
+    assert _reply(b'{"choices": [{"message": {"content": null}}]}') == ("", {"prompt_tokens": 0, "completion_tokens": 0})
+    assert _reply(b'{"choices": [], "usage": {"prompt_tokens": 7}}') == ("", {"prompt_tokens": 7, "completion_tokens": 0})
+    assert _reply('{"choices": [{"message": {"content": "é"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}'
+                  .encode()) == ("é", {"prompt_tokens": 3, "completion_tokens": 1})
+
+
 async def test_reply_cache_avoids_paying_twice(fake, tmp_path):
     fake.script = lambda p, n: Reply(f"Paris #{n}")
     client = ModelClient(endpoint(fake, cache_path=str(tmp_path / "cache.sqlite3")), FAST)

@@ -7,7 +7,12 @@ admission to the endpoint's in-flight slots is round-robin across jobs with wait
 (:class:`aml_ray.actors.fair.FairSlots`), so a job with 10,000 questions queued cannot starve one with
 100.
 Uses the openai SDK with its aiohttp transport (``DefaultAioHttpClient``), temperature 0, and the
-platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After.
+platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After. The call
+goes through the SDK's documented ``client.post`` with the body as JSON and the reply read as bytes, not
+``chat.completions.create``: the SDK's own errors, auth and base URL, without its per-call transform of
+the typed parameters and construction of the response models. Measured against a loopback model
+server (2 cores, 32 in flight): 3.3-3.5 ms of client CPU per call with ``create``, 1.8 ms this way; on
+2 cores that CPU was what held the answer and judge rates below the endpoints' limits.
 Limits: max in-flight requests (fair slots), requests/minute and tokens/minute (aiolimiter buckets; the
 token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
@@ -17,6 +22,7 @@ by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usag
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +47,29 @@ DEFAULT_JOB = "default"
 
 class ModelError(Exception):
     """A model call failed permanently (non-retryable status such as 400/401/404)."""
+
+
+def _reply(raw: bytes) -> tuple[str, dict[str, int]]:
+    """A chat-completions reply body -> ``(text of the first choice, {prompt_tokens, completion_tokens})``.
+
+    No choice, a null content or no usage read as empty text and 0 tokens.
+
+    Raises:
+        TransientError: the body is not a JSON object of that shape (a proxy's page, a cut reply): the
+            call is retried like a 5xx.
+    """
+    try:
+        data = json.loads(raw)
+        choices = data.get("choices") or []
+        text = (choices[0]["message"].get("content") or "") if choices else ""
+        usage = data.get("usage") or {}
+        counts = {"prompt_tokens": int(usage.get("prompt_tokens") or 0),
+                  "completion_tokens": int(usage.get("completion_tokens") or 0)}
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+        raise TransientError("malformed reply (not a chat completion)") from None
+    if not isinstance(text, str):
+        raise TransientError("malformed reply (content is not text)")
+    return text, counts
 
 
 class ModelClient:
@@ -112,8 +141,8 @@ class ModelClient:
                 await self._tpm.acquire(min(float(estimate + max_tokens), self._tpm.max_rate))
             t0 = time.perf_counter()
             try:
-                resp = await client.chat.completions.create(
-                    model=self.endpoint.model, messages=messages, temperature=0, max_tokens=max_tokens)
+                raw = await client.post("/chat/completions", cast_to=bytes, body={
+                    "model": self.endpoint.model, "messages": messages, "temperature": 0, "max_tokens": max_tokens})
             except openai.APIStatusError as exc:
                 if exc.status_code in MODEL_RETRY_STATUSES:
                     raise TransientError(f"HTTP {exc.status_code}", exc.status_code,
@@ -122,10 +151,7 @@ class ModelClient:
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 raise TransientError(type(exc).__name__) from None
             latency_ms = (time.perf_counter() - t0) * 1000
-        text = (resp.choices[0].message.content or "") if resp.choices else ""
-        usage = {"prompt_tokens": getattr(resp.usage, "prompt_tokens", 0) or 0,
-                 "completion_tokens": getattr(resp.usage, "completion_tokens", 0) or 0}
-        return text, usage, latency_ms
+        return (*_reply(raw), latency_ms)
 
     async def complete(self, messages: list[dict[str, Any]], *, max_tokens: int = 512,
                        prompt_sha256: str = "", use_cache: bool = True, job: str = DEFAULT_JOB) -> dict[str, Any]:
