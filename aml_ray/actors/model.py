@@ -22,13 +22,13 @@ by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usag
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from aiolimiter import AsyncLimiter
 
 from aml_ray.actors.fair import FairSlots
@@ -37,8 +37,10 @@ from aml_ray.config import ModelEndpoint
 from aml_ray.pricing import estimate_cost_usd
 from aml_ray.ray_runtime import tune_actor_gc, undo_worker_niceness
 from aml_ray.media import text_of
-from aml_ray.tokens import count_tokens
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+
+if TYPE_CHECKING:
+    import openai
 
 
 #: The job key of a call that names none (a local client in ``aml-ray rejudge``, a bare actor handle).
@@ -91,6 +93,7 @@ class ModelClient:
             tune_actor_gc()
         if endpoint.offline:
             raise ValueError(f"{endpoint.role} endpoint is offline: set {endpoint.role.upper()}_API_BASE")
+        importlib.import_module("openai")  # loaded while the actor starts, not on its first call
         self.endpoint = endpoint
         self.retry = retry
         self._client: openai.AsyncOpenAI | None = None
@@ -101,6 +104,9 @@ class ModelClient:
 
     def _ensure(self) -> openai.AsyncOpenAI:
         if self._client is None:
+            import openai  # here, not at the top: the stage actors import this module for ActorModel only,
+            # and the SDK costs about 1 s of CPU to import (each actor start on 2 cores)
+
             key = self.endpoint.api_key.get_secret_value() if self.endpoint.api_key else "not-needed"
             self._client = openai.AsyncOpenAI(
                 base_url=self.endpoint.base_url, api_key=key, max_retries=0,
@@ -126,6 +132,8 @@ class ModelClient:
 
     async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int,
                        job: str) -> tuple[str, dict[str, int], float]:
+        import openai
+
         client = self._ensure()
         assert self._slots is not None
         # the RPM/TPM buckets are taken inside the slot: slots are granted fairly, so rate is shared too
@@ -133,6 +141,8 @@ class ModelClient:
             if self._rpm is not None:
                 await self._rpm.acquire()
             if self._tpm is not None:
+                from aml_ray.tokens import count_tokens  # the tokenizer loads its tables on import
+
                 # image parts: a 2048 x 768 image's tokens each (aml_ray.media), not their base64 text
                 estimate = sum(count_tokens(text_of(m.get("content", "")), self.endpoint.model)
                                + 1105 * sum(isinstance(p, dict) and p.get("type") == "image_url"
