@@ -64,17 +64,23 @@ def table_with(rows: list[dict[str, Any]], batch: pa.Table, kept: tuple[str, ...
     per question that a whole-row ``to_pylist`` plus ``from_pylist`` costs.
 
     Args:
-        rows: the batch's rows, in order, as dicts (the ``kept`` keys may be present; they are ignored).
+        rows: the batch's rows, in order, as dicts (the ``kept`` keys may be present; they are ignored; a
+            column no row names is null).
         batch: the stage's input batch (``QUESTION_SCHEMA``), same row count.
         kept: columns taken from ``batch`` unchanged.
 
     Raises:
         ValueError: a row holds a key the schema does not declare (as :func:`aml_ray.evidence.to_table`).
     """
-    if rows:
-        extra = set(rows[0]) - set(QUESTION_SCHEMA.names)
-        if extra:
-            raise ValueError(f"evidence row has undeclared columns {sorted(extra)}")
-    rebuilt = pa.Table.from_pylist(rows, schema=pa.schema([f for f in QUESTION_SCHEMA if f.name not in kept]))
-    return pa.Table.from_arrays([batch.column(f.name) if f.name in kept else rebuilt.column(f.name)
+    present = set().union(*rows)
+    extra = present - set(QUESTION_SCHEMA.names)
+    if extra:
+        raise ValueError(f"evidence row has undeclared columns {sorted(extra)}")
+    # columns no row holds (a Search-stage row has no answer or judge yet) are null arrays, not a
+    # None per row converted one by one
+    fields = [f for f in QUESTION_SCHEMA if f.name in present and f.name not in kept]
+    rebuilt = pa.Table.from_pylist(rows, schema=pa.schema(fields))
+    n = len(rows)
+    return pa.Table.from_arrays([batch.column(f.name) if f.name in kept
+                                 else rebuilt.column(f.name) if f.name in present else pa.nulls(n, f.type)
                                  for f in QUESTION_SCHEMA], schema=QUESTION_SCHEMA)
