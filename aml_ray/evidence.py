@@ -252,6 +252,22 @@ class AddJournal:
         self.path.unlink(missing_ok=True)
 
 
+def as_question_table(table: pa.Table) -> pa.Table:
+    """``table`` with exactly :data:`QUESTION_SCHEMA`'s columns, order and types; itself when it has them.
+
+    A cast to the same schema still costs a compute call per column (about 50, the driver's largest
+    share of CPU per block in ``scripts/bench_pipeline.py``), so a block the stages already built to the
+    schema is passed through.
+
+    Raises:
+        KeyError: a column of the schema is missing.
+        pyarrow.ArrowInvalid: a column cannot be cast to its type.
+    """
+    if table.schema.equals(QUESTION_SCHEMA):
+        return table
+    return table.select(QUESTION_SCHEMA.names).cast(QUESTION_SCHEMA)
+
+
 class QuestionWriter:
     """Appends question rows to numbered part files (``part-00000.parquet`` ...), each written atomically.
 
@@ -274,7 +290,7 @@ class QuestionWriter:
         if isinstance(table, pa.Table):
             if table.num_rows == 0:
                 return
-            write_parquet_atomic(table.cast(QUESTION_SCHEMA), self.dir / f"part-{self._next:05d}.parquet")
+            write_parquet_atomic(as_question_table(table), self.dir / f"part-{self._next:05d}.parquet")
             n = table.num_rows
         else:
             tables = iter(table)
@@ -328,7 +344,7 @@ class BufferedQuestionWriter:
             KeyError: a column of the schema is missing.
         """
         if table.num_rows:
-            self._pending.append(table.select(QUESTION_SCHEMA.names).cast(QUESTION_SCHEMA))
+            self._pending.append(as_question_table(table))
             self._rows += table.num_rows
         if self._rows >= self.min_rows or self.clock() - self._last >= self.max_wait_s:
             self.flush()
