@@ -158,13 +158,13 @@ class ParticipantClient:
         if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
             undo_worker_niceness()
             tune_actor_gc()
+            use_arrow_ipc_serialization()  # search_table's columns cross the object store as one IPC stream
         self.spec = spec
         self._client: aiohttp.ClientSession | None = None
         self._sem: asyncio.Semaphore | None = None
         self._limiter: AsyncLimiter | None = None
         self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
-        self._ipc = False  # Arrow IPC serialization registered in this process (search_table)
 
     def _ensure(self) -> aiohttp.ClientSession:
         # Created lazily inside the running event loop (aiohttp sessions bind to their loop).
@@ -398,9 +398,6 @@ class ParticipantClient:
         """
         from aml_ray.evidence import search_columns  # here: the evidence module loads polars (start-up CPU)
 
-        if not self._ipc:
-            use_arrow_ipc_serialization()
-            self._ipc = True
         outcomes = await self.search_batch(items)
         if media_root is not None and self.spec.media is not None:
             store = MediaStore(media_root)

@@ -18,6 +18,7 @@ sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -126,9 +127,7 @@ class IngestStage:
         return pa.concat_tables([t.result() for t in tasks])
 
     async def _held(self, row: dict[str, Any]) -> pa.Table:
-        if self._slots is None:
-            return await self._sample(self._load(row))
-        async with self._slots:  # read only once it runs: a queued sample holds no memory
+        async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
             return await self._sample(self._load(row))
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
