@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import SecretStr
 
-from aml_ray.actors.fair import FairSlots
+from aml_ray.actors.fair import FairQueue, FairSlots
 from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
 from aml_ray.config import ModelEndpoint
 from scripts.drill_many_participants import JobPlan, fairness, run_scenario
@@ -120,6 +120,53 @@ def test_cancelling_a_waiter_frees_its_place_and_a_granted_slot():
         return {"waiting": after_queued_cancel, "in_use": in_use_after, "final": slots.in_use}
 
     assert asyncio.run(main()) == {"waiting": {}, "in_use": 0, "final": 0}
+
+
+def test_fair_queue_takes_by_priority_then_round_robin_and_removes_a_cancelled_item():
+    q: FairQueue[str] = FairQueue()
+    for job, item, priority in [("a", "s1", 1), ("a", "s2", 1), ("b", "s3", 1), ("a", "add1", 0),
+                                ("b", "add2", 0), ("a", "s4", 1)]:
+        q.put(job, item, priority)
+    assert q.waiting() == {"a": 4, "b": 2} and len(q) == 6
+    assert q.remove("a", "s2", 1) and not q.remove("a", "s2", 1)
+    assert [q.pop() for _ in range(len(q))] == ["add1", "add2", "s1", "s3", "s4"]
+    with pytest.raises(IndexError):
+        q.pop()
+
+
+def test_fair_queue_get_waits_for_an_item_and_a_cancelled_getter_passes_its_wakeup_on():
+    async def main() -> list[str]:
+        q: FairQueue[str] = FairQueue()
+        first = asyncio.create_task(q.get())
+        second = asyncio.create_task(q.get())
+        await asyncio.sleep(0)
+        q.put("a", "x")  # wakes the first getter...
+        first.cancel()  # ...which is cancelled before it runs: the second one must get the item
+        got = await second
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        q.put("a", "y")
+        return [got, await q.get(), str(len(q))]
+
+    assert asyncio.run(main()) == ["x", "y", "0"]
+
+
+def test_slots_grant_a_more_urgent_request_first():
+    async def main() -> list[str]:
+        slots, order = FairSlots(1), []
+        await slots.acquire("holder")
+
+        async def one(job: str, priority: int) -> None:
+            async with slots.slot(job, priority):
+                order.append(job)
+
+        tasks = [asyncio.create_task(one(job, p)) for job, p in [("search", 1), ("search", 1), ("add", 0)]]
+        await asyncio.sleep(0)
+        slots.release()
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(main()) == ["add", "search", "search"]
 
 
 def test_fair_slots_refuse_nonsense():

@@ -220,6 +220,36 @@ async def test_max_in_flight_and_rate_limit_hold(scripted):
     assert elapsed >= 0.9, f"24 requests at 20/s took {elapsed:.2f} s"
 
 
+async def test_an_add_is_sent_before_searches_already_queued(scripted):
+    """A sample's Adds gate its Searches: behind one slot and 6 queued Searches, a later Add goes next."""
+    script, server = scripted
+    script.delay_s = 0.05
+    client = ParticipantClient(spec_for(server, max_in_flight=1))
+    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(6)]
+    searches = asyncio.create_task(client.search_many(reqs))
+    await asyncio.sleep(0.02)  # the first Search is in flight, the other 5 queued
+    out = await client.add(add_req(7))
+    await searches
+    await client.aclose()
+    sent = [b.decode() for b in script.bodies]
+    assert out["status"] == "ok" and script.max_in_flight == 1
+    assert '"q0"' in sent[0] and "chunk-7" in sent[1]
+    assert ['"q1"' in b for b in sent[2:]] == [True, False, False, False, False]
+
+
+async def test_aclose_stops_the_senders_and_a_new_call_starts_them_again(scripted):
+    script, server = scripted
+    client = ParticipantClient(spec_for(server, max_in_flight=3))
+    first = await client.search(SearchRequest(query="a", user_id="u", top_k=5), "ref-a")
+    senders = list(client._senders)
+    await client.aclose()
+    assert len(senders) == 3 and all(t.done() for t in senders) and client._senders == []
+    again = await client.search(SearchRequest(query="b", user_id="u", top_k=5), "ref-b")
+    await client.aclose()
+    assert (first["status"], again["status"]) == ("ok", "ok")
+    assert again["memories"][0]["content"] == "echo b"
+
+
 def test_parse_retry_after():
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after(None) is None and parse_retry_after("soon") is None
