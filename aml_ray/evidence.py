@@ -84,6 +84,12 @@ QUESTION_SCHEMA = pa.schema([
 ])
 
 
+#: The columns a question has before its Search (from the dataset: ``dataset`` .. ``question_parts``), in
+#: ``QUESTION_SCHEMA`` order; a sample's input file holds its pending questions as structs of these
+#: (:data:`aml_ray.inputs.SAMPLE_INPUT_SCHEMA`).
+QUESTION_INPUT_COLUMNS = tuple(QUESTION_SCHEMA.names[:QUESTION_SCHEMA.names.index("search_status")])
+QUESTION_INPUT_TYPE = pa.struct([QUESTION_SCHEMA.field(name) for name in QUESTION_INPUT_COLUMNS])
+
 #: The columns the Search fills (:func:`search_columns`), in ``QUESTION_SCHEMA`` order.
 SEARCH_COLUMNS = ("search_status", "search_http_status", "search_attempts", "search_retried_statuses",
                   "search_latency_ms", "search_request_sha256", "contract", "search_error", "memories",

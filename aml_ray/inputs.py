@@ -34,14 +34,25 @@ import pyarrow.parquet as pq
 from aml_ray.contract import AddRequest
 from aml_ray.datasets.base import Sample
 from aml_ray.datasets.chunking import chunk_sample, count_words
-from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table, write_parquet_atomic
+from aml_ray.evidence import (
+    QUESTION_INPUT_COLUMNS,
+    QUESTION_INPUT_TYPE,
+    QUESTION_SCHEMA,
+    empty_question_row,
+    to_table,
+    write_parquet_atomic,
+)
 from aml_ray.ids import IdScheme
 
 #: One sample's input row, as :class:`aml_ray.stages.IngestStage` takes it: the ordered AddRequest dicts
-#: (``adds_json``), their metadata (``add_meta_json``: chunk_index, n_words, session_index) and the
-#: sample's pending, scorable question rows (``questions_json``), each a JSON text.
+#: (``adds_json``) and their metadata (``add_meta_json``: chunk_index, n_words, session_index), each a JSON
+#: text, and the sample's pending, scorable questions (``questions``: structs of
+#: :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`). The questions are Arrow, not JSON, so the Ingest stage
+#: takes them as columns (:func:`sample_questions`) without a dict per question: measured (``py-spy
+#: --gil`` on the Ingest actor in ``scripts/bench_pipeline.py``), decoding a JSON text of question rows
+#: and converting the dicts back to Arrow were about 38% of that actor's CPU.
 SAMPLE_INPUT_SCHEMA = pa.schema([("sample_id", pa.string()), ("adds_json", pa.string()),
-                                 ("add_meta_json", pa.string()), ("questions_json", pa.string())])
+                                 ("add_meta_json", pa.string()), ("questions", pa.list_(QUESTION_INPUT_TYPE))])
 
 SAMPLE_FILE_PATTERN = "sample-*.parquet"
 EXCLUDED_FILE = "excluded.parquet"
@@ -137,7 +148,8 @@ class SampleInput(InputCounts):
     """One sample's inputs: its IngestStage row, its excluded question rows and its counts.
 
     Attributes:
-        row: ``{sample_id, adds_json, add_meta_json, questions_json}`` (:data:`SAMPLE_INPUT_SCHEMA`).
+        row: ``{sample_id, adds_json, add_meta_json, questions}`` (:data:`SAMPLE_INPUT_SCHEMA`; the
+            questions as dicts of :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`).
         excluded: excluded question rows not yet in the evidence (``status="excluded"``).
         the others: :class:`InputCounts`, for this sample.
     """
@@ -194,10 +206,10 @@ def sample_input(sample: Sample, ids: IdScheme, *, stream_checkpoints: list[floa
                 row["status"] = "excluded"
                 out.excluded.append(row)
             else:
-                questions.append(row)
+                questions.append({name: row[name] for name in QUESTION_INPUT_COLUMNS})
     out.n_chunks, out.n_pending = len(adds), len(questions)
     out.row = {"sample_id": sample.sample_id, "adds_json": json.dumps(adds), "add_meta_json": json.dumps(meta),
-               "questions_json": json.dumps(questions)}
+               "questions": questions}
     return out
 
 
@@ -254,6 +266,21 @@ def read_sample_files(paths: Iterable[str]) -> pa.Table:
         FileNotFoundError: a file is missing (e.g. a run directory that not every node sees).
     """
     return pa.concat_tables([pq.read_table(p, schema=SAMPLE_INPUT_SCHEMA) for p in paths])
+
+
+def sample_questions(table: pa.Table) -> pa.Table:
+    """The pending questions of a table of sample rows as one table of their columns, in order.
+
+    Args:
+        table: rows of :data:`SAMPLE_INPUT_SCHEMA` (e.g. :func:`read_sample_files`).
+
+    Returns:
+        One row per question, the columns :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`.
+    """
+    questions = table.column("questions").combine_chunks()
+    if isinstance(questions, pa.ChunkedArray):  # no rows: no chunk to combine
+        return pa.Table.from_pylist([], schema=pa.schema(list(QUESTION_INPUT_TYPE)))
+    return pa.Table.from_struct_array(questions.flatten())
 
 
 def iter_sample_rows(inputs: PipelineInputs) -> Iterator[dict[str, str]]:

@@ -525,7 +525,7 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
         with httpx.Client(timeout=60) as http, openai.OpenAI(base_url=model_url, api_key="x", max_retries=0) as llm:
             for add in json.loads(row["adds_json"]):
                 http.post(f"{participant_url}/add", json=add).raise_for_status()
-            for q in json.loads(row["questions_json"]):
+            for q in row["questions"]:
                 resp = http.post(f"{participant_url}/search",
                                  json={"query": q["question"], "user_id": q["user_id"], "top_k": top_k})
                 data = [{"id": m["id"], "content": m["content"], "score": m.get("score"),

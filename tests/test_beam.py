@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from datetime import datetime, timezone
@@ -102,7 +101,7 @@ def test_questions_carry_rubric_gold_and_evidence(samples):
 @needs_files
 def test_question_rows_and_chunks(samples, tmp_path):
     inputs = build_inputs(samples[:1], IdScheme("run_test", "beam"), out_dir=tmp_path)
-    rows = json.loads(inputs.sample_row(0)["questions_json"])
+    rows = inputs.sample_row(0)["questions"]
     assert len(rows) == 20 and inputs.n_scorable == 20
     assert rows[0]["user_id"] == "eval:run_test:beam:conv-1" and rows[0]["options"] is None
     assert all(r["rubric"] for r in rows)

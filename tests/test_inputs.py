@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import (QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
+from aml_ray.evidence import (QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
                               read_questions, to_table)
 from aml_ray.ids import IdScheme
-from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows
+from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows, read_sample_files, sample_questions
 
 IDS = IdScheme("run_t", "locomo")
 
@@ -39,9 +39,13 @@ def test_one_file_per_sample_and_counts_only_in_memory(tmp_path, samples):
     assert {a["user_id"] for a in adds} == {"eval:run_t:locomo:conv-26"}
     assert [m["chunk_index"] for m in meta] == list(range(28))
     assert meta[0]["session_index"] == 1 and meta[-1]["session_index"] == 19
-    questions = json.loads(rows[0]["questions_json"])
+    questions = rows[0]["questions"]
     assert len(questions) == 152 and not any(q["excluded"] for q in questions)
-    assert set(questions[0]) == set(QUESTION_SCHEMA.names) and questions[0]["status"] is None
+    assert set(questions[0]) == set(QUESTION_INPUT_COLUMNS)  # nothing a later stage fills
+    table = sample_questions(read_sample_files([str(inputs.sample_path(0))]))
+    assert table.column_names == list(QUESTION_INPUT_COLUMNS) and table.num_rows == 152
+    assert table.column("ref").to_pylist() == [q["ref"] for q in questions]
+    assert table.schema.field("step").type == QUESTION_SCHEMA.field("step").type
     excluded = list(iter_excluded(inputs))  # one row group per sample
     assert [t.num_rows for t in excluded] == [47, 24]
     assert {r["status"] for t in excluded for r in t.to_pylist()} == {"excluded"}
@@ -73,7 +77,7 @@ def test_resume_rebuild_counts_done_questions_writes_none_and_drops_stale_files(
     assert (again.n_questions, again.n_scorable, again.n_excluded) == (199, 152, 47)  # totals keep the done ones
     scorable_done = sum(1 for q in samples[0].questions[:100] if q.excluded_reason is None)
     row = again.sample_row(0)
-    pending = json.loads(row["questions_json"])
+    pending = row["questions"]
     assert again.n_pending == len(pending) == 152 - scorable_done
     assert not done & {q["question_id"] for q in pending}
     assert again.n_excluded_pending == sum(t.num_rows for t in iter_excluded(again)) == 47 - (100 - scorable_done)
@@ -86,7 +90,7 @@ def test_resume_rebuild_counts_done_questions_writes_none_and_drops_stale_files(
 
 def test_streaming_rows_per_step(tmp_path, samples):
     inputs = build_inputs(samples[:1], IDS, out_dir=tmp_path, stream_checkpoints=[0.5, 1.0])
-    questions = json.loads(inputs.sample_row(0)["questions_json"])
+    questions = inputs.sample_row(0)["questions"]
     assert (inputs.n_questions, inputs.n_scorable, inputs.n_excluded) == (398, 304, 94)
     assert sorted({q["step"] for q in questions}) == [10, 19]  # 19 sessions: ceil(9.5) and 19
     assert {q["question_id"].rsplit("@", 1)[1] for q in questions} == {"10", "19"}

@@ -142,7 +142,7 @@ def test_options_go_to_search_and_the_gold_never_does(operator_dir, tmp_path):
     raw = {r["qa_id"]: r for r in read_jsonl(QUESTIONS)}[ordering.question_id]
     assert ordering.answer == raw["answer_letters"] and len(ordering.answer) >= 3
     inputs = build_inputs(samples[:1], IdScheme("run_test", "scriptmem"), out_dir=tmp_path / "inputs")
-    rows = json.loads(inputs.sample_row(0)["questions_json"])
+    rows = inputs.sample_row(0)["questions"]
     assert len(rows) == 99 and all(r["options"] and len(r["options"]) >= 3 for r in rows)
     assert rows[0]["user_id"] == "eval:run_test:scriptmem:angry-conv-0"
     assert json.loads(rows[0]["gold"]) == ["B"]

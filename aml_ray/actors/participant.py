@@ -5,6 +5,10 @@ participant version (:func:`spawn_participant_client`), so the version's declare
 requests, requests/s) holds across every stage and job that calls it. Callers send work in batches
 (one actor call per sample's Adds or per batch of Searches), never one call per row.
 
+Capacity: ``max_in_flight`` sender tasks (:meth:`ParticipantClient._sender`) each send one attempt at a
+time, taken from a :class:`aml_ray.actors.fair.FairQueue` where Adds go before Searches; a declared
+``requests_per_s`` is held by an aiolimiter bucket in front of each send.
+
 Transport: aiohttp's client directly. Against one loopback server at 20 ms latency and 64 in flight,
 httpx's own transport did 124-167 req/s, httpx over the aiohttp transport (``httpx-aiohttp``) 1,415 and
 plain aiohttp 1,995-2,749 (RAY_NOTES.md). In ``scripts/bench_pipeline.py`` a plain loop of 10,000

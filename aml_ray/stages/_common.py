@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from aml_ray.actors.participant import ParticipantError
 from aml_ray.contract import ContractError
-from aml_ray.evidence import QUESTION_SCHEMA
+from aml_ray.evidence import QUESTION_SCHEMA, RETRIEVED, SEARCH_COLUMNS
 
 
 def report(tracker, stage: str, n: int) -> None:
@@ -83,4 +83,31 @@ def table_with(rows: list[dict[str, Any]], batch: pa.Table, kept: tuple[str, ...
     n = len(rows)
     return pa.Table.from_arrays([batch.column(f.name) if f.name in kept
                                  else rebuilt.column(f.name) if f.name in present else pa.nulls(n, f.type)
+                                 for f in QUESTION_SCHEMA], schema=QUESTION_SCHEMA)
+
+
+def searched_questions(questions: pa.Table, search: pa.Table, *, final: bool = False) -> pa.Table:
+    """Questions and their Search columns -> a ``QUESTION_SCHEMA`` table, Arrow column by column.
+
+    Args:
+        questions: the questions' input columns (:data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`).
+        search: their Search columns (:data:`aml_ray.evidence.SEARCH_SCHEMA`), same rows in the same order.
+        final: a retrieval-only run ends at Search: ``status`` is ``retrieved`` where the Search succeeded,
+            else ``search_error``; otherwise ``status`` stays null for the later stages.
+
+    Returns:
+        One row per question; the columns no stage has filled yet (answer, judge) are null.
+
+    Raises:
+        ValueError: the two tables differ in length.
+    """
+    n = questions.num_rows
+    if search.num_rows != n:
+        raise ValueError(f"{n} questions but {search.num_rows} Search rows")
+    columns = {name: questions.column(name) for name in questions.column_names}
+    columns.update((name, search.column(name)) for name in SEARCH_COLUMNS)
+    if final:
+        columns["status"] = pa.array([RETRIEVED if s == "ok" else "search_error"
+                                      for s in search.column("search_status").to_pylist()], pa.string())
+    return pa.Table.from_arrays([columns[f.name] if f.name in columns else pa.nulls(n, f.type)
                                  for f in QUESTION_SCHEMA], schema=QUESTION_SCHEMA)

@@ -26,11 +26,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import SEARCH_COLUMNS, AddJournal, RunDir
-from aml_ray.inputs import read_sample_files
+from aml_ray.evidence import AddJournal, RunDir
+from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
 from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
-from aml_ray.stages._common import participant_failure, report, report_total, table_with
-from aml_ray.stages.search import final_status, search_rows
+from aml_ray.stages._common import participant_failure, report, report_total, searched_questions
+from aml_ray.stages.search import search_rows
 
 
 def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +40,11 @@ def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: 
             "http_status": o["http_status"], "attempts": o["attempts"], "retried_statuses": o["retried_statuses"],
             "latency_ms": o["latency_ms"], "elapsed_ms": o["elapsed_ms"],
             "contract": "ok" if o["status"] == "ok" else None, "error": o["error"]}
+
+
+def _take(table: pa.Table, positions: list[int]) -> pa.Table:
+    """``table``'s rows at ``positions`` (typed indices: an empty list has no type to infer)."""
+    return table.take(pa.array(positions, pa.int64()))
 
 
 def segments(meta: list[dict[str, Any]], steps: set[int]) -> list[tuple[list[int], int | None]]:
@@ -69,8 +74,9 @@ def segments(meta: list[dict[str, Any]], steps: set[int]) -> list[tuple[list[int
 class IngestStage:
     """Adds one sample's chunks in order, journals their evidence, searches its questions, emits them.
 
-    Input rows: ``{sample_id, adds_json, add_meta_json, questions_json}``: the ordered AddRequest dicts,
-    their metadata (chunk_index, n_words, session_index) and the sample's pending question rows; one
+    Input rows: ``{sample_id, adds_json, add_meta_json, questions}`` (:data:`aml_ray.inputs.SAMPLE_INPUT_SCHEMA`):
+    the ordered AddRequest dicts, their metadata (chunk_index, n_words, session_index) and the sample's
+    pending questions; one
     row per sample, several samples per task when samples are many (one Ray Data task costs the actor
     and the driver milliseconds of CPU, measured with ``scripts/bench_pipeline.py``). Output: the
     task's question rows, searched, one table.
@@ -82,7 +88,7 @@ class IngestStage:
         top_k: Top K sent with every Search.
         tracker: optional ``ProgressTracker`` actor handle.
         final: a retrieval-only run ends here: each question row also gets its final ``status``
-            (:func:`aml_ray.stages.search.final_status`).
+            (:func:`aml_ray.stages._common.searched_questions`).
         samples_at_once: at most this many samples in progress in this actor across its tasks (each
             task's samples run at once; :attr:`aml_ray.pipeline.PipelineOptions.samples_per_task`); None:
             no actor-wide limit (the tasks' own count bounds it).
@@ -131,8 +137,8 @@ class IngestStage:
             return await self._sample(self._load(row))
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The sample's input row from the task's row (here the same row)."""
-        return row
+        """The sample's input row from the task's row, its ``questions`` as a table (:func:`~aml_ray.inputs.sample_questions`)."""
+        return {**row, "questions": sample_questions(pa.Table.from_pylist([row], schema=SAMPLE_INPUT_SCHEMA))}
 
     async def _sample(self, row: dict[str, Any]) -> pa.Table:
         """One sample: its Adds in order (journalled; Streaming steps searched between them), its Searches.
@@ -142,14 +148,15 @@ class IngestStage:
         """
         sid = row["sample_id"]
         adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
-        questions = json.loads(row["questions_json"])
+        questions: pa.Table = row["questions"]
         journal = AddJournal(self.run_dir, sid)
         done = {r["chunk_index"] for r in journal.rows()}
-        by_step: dict[int, list[dict[str, Any]]] = {}
-        for q in questions:
-            if q["step"] is not None:
-                by_step.setdefault(q["step"], []).append(q)
-        searched: list[tuple[list[dict[str, Any]], pa.Table]] = []
+        steps = questions.column("step").to_pylist()
+        by_step: dict[int, list[int]] = {}  # step -> its questions' positions
+        for i, step in enumerate(steps):
+            if step is not None:
+                by_step.setdefault(step, []).append(i)
+        searched: list[tuple[list[int], pa.Table]] = []  # (question positions, their Search columns)
         media_root = str(self.run_dir.media)
         n_done = len(done)
         for positions, step in segments(meta, set(by_step)):
@@ -159,21 +166,18 @@ class IngestStage:
             # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
             report_total(self.tracker, "add", sid, n_done)
             if step is not None:
-                rows = by_step[step]
-                searched.append((rows, await search_rows(self.participant, rows, self.top_k, self.tracker,
-                                                         media_root=media_root)))
+                asked = by_step[step]
+                searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
+                                                          self.tracker, media_root=media_root)))
         if not journal.final.exists():
             journal.finish()
-        rows = [q for q in questions if q["step"] is None]
-        searched.append((rows, await search_rows(self.participant, rows, self.top_k, self.tracker,
-                                                 media_root=media_root)))
-        report(self.tracker, "search", len(questions))
-        ordered = [q for rows, _ in searched for q in rows]
-        columns = pa.concat_tables([table for _, table in searched])
-        if self.final:
-            for q, status in zip(ordered, columns.column("search_status").to_pylist()):
-                q["status"] = final_status(status)
-        return table_with(ordered, columns, SEARCH_COLUMNS)
+        asked = [i for i, step in enumerate(steps) if step is None]
+        searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
+                                                  self.tracker, media_root=media_root)))
+        report(self.tracker, "search", len(steps))
+        order = [i for asked, _ in searched for i in asked]
+        return searched_questions(_take(questions, order), pa.concat_tables([table for _, table in searched]),
+                                  final=self.final)
 
 
 class IngestFromFiles(IngestStage):
@@ -193,4 +197,5 @@ class IngestFromFiles(IngestStage):
     """
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
-        return read_sample_files([row["path"]]).to_pylist()[0]
+        table = read_sample_files([row["path"]])
+        return {**table.drop_columns(["questions"]).to_pylist()[0], "questions": sample_questions(table)}

@@ -6,46 +6,43 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import RETRIEVED, SEARCH_SCHEMA
+from aml_ray.evidence import SEARCH_SCHEMA
 from aml_ray.stages._common import call_participant
 
 
-async def search_rows(participant, rows: list[dict[str, Any]], top_k: int, tracker=None,
+async def search_rows(participant, questions: pa.Table, top_k: int, tracker=None,
                       media_root: str | None = None) -> pa.Table:
-    """Search every row through the participant in one actor call; return the rows' Search columns.
+    """Search every question through the participant in one actor call; return their Search columns.
 
     Args:
         participant: the ``ParticipantClient`` actor handle.
-        rows: question rows (``question``, ``user_id``, ``options``, ``ref``; Multimodal:
-            ``question_parts``).
+        questions: question columns (:data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`; read here:
+            ``question``, ``user_id``, ``options``, ``ref``, and ``question_parts`` for Multimodal).
         top_k: Top K sent with every Search.
         tracker: optional ``ProgressTracker`` (receives a contract failure before it is raised).
         media_root: the run's media folder (Multimodal): question images are read from it and returned
             images are stored in it (:class:`aml_ray.media.MediaStore`).
 
     Returns:
-        :data:`aml_ray.evidence.SEARCH_SCHEMA` columns, one row per row, in order (built by the client:
-        :meth:`aml_ray.actors.participant.ParticipantClient.search_table`).
+        :data:`aml_ray.evidence.SEARCH_SCHEMA` columns, one row per question, in order (built by the
+        client: :meth:`aml_ray.actors.participant.ParticipantClient.search_table`).
     """
-    if not rows:
+    if not questions.num_rows:
         return SEARCH_SCHEMA.empty_table()
+    texts, user_ids, options, refs = (questions.column(name).to_pylist()
+                                      for name in ("question", "user_id", "options", "ref"))
+    parts = questions.column("question_parts")
+    parts = parts.to_pylist() if parts.null_count < len(parts) else [None] * len(parts)
     media = None
-    if media_root is not None and any(r.get("question_parts") for r in rows):
+    if media_root is not None and any(parts):
         from aml_ray.media import MediaStore
 
         media = MediaStore(media_root)
     items = []
-    for r in rows:
-        query: Any = r["question"]
-        if r.get("question_parts") and media is not None:
-            query = media.to_contract(r["question_parts"])
-        request: dict[str, Any] = {"query": query, "user_id": r["user_id"], "top_k": top_k}
-        if r["options"]:
-            request["options"] = r["options"]
-        items.append({"ref": r["ref"], "request": request})
+    for text, user_id, opts, ref, qparts in zip(texts, user_ids, options, refs, parts):
+        query: Any = media.to_contract(qparts) if qparts and media is not None else text
+        request: dict[str, Any] = {"query": query, "user_id": user_id, "top_k": top_k}
+        if opts:
+            request["options"] = opts
+        items.append({"ref": ref, "request": request})
     return await call_participant(participant.search_table.remote(items, media_root), tracker)
-
-
-def final_status(search_status: str | None) -> str:
-    """A retrieval-only run's final status of a searched row: ``retrieved`` or ``search_error``."""
-    return RETRIEVED if search_status == "ok" else "search_error"
