@@ -26,11 +26,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # polars is imported by the readers only: the hot-path actors import this module for its
+    import polars as pl  # schemas and writers, and polars costs each of them about 0.15 s of CPU to import
 
 #: One content part in evidence (Multimodal): ``{"type": "text", "text": ...}`` or
 #: ``{"type": "image", "media": "media:<sha256>"}`` (the bytes are in ``<run_dir>/media``, never inline).
@@ -371,6 +373,8 @@ def _read_dir(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = N
 
 
 def _read_dir_files(files: list[Path], schema: pa.Schema, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    import polars as pl
+
     if columns is not None:
         unknown = [c for c in columns if c not in schema.names]
         if unknown:

@@ -156,6 +156,13 @@ def tune_actor_gc() -> bool:
     at 20 ms and 64 in flight, 2 cores): 0.48-0.50 ms of actor CPU per Search with the defaults,
     0.44 with the freeze alone, 0.37-0.39 with both (the same client in a plain process: 0.36-0.39).
 
+    Before freezing, it makes pyarrow load its pandas shim: the first ``Table.from_pydict`` or
+    ``from_pylist`` of a process with pandas installed (Ray Data needs it) imports pandas, about 0.3 s
+    of CPU on this 2-core machine. Done here, that is spent while the actor starts and its objects are
+    frozen too, instead of on the first request: in ``scripts/bench_pipeline.py --pipeline retrieval``,
+    the ``ParticipantClient``'s first ``search_table`` imported pandas while the first Searches were in
+    flight (py-spy: 9% of the actor's samples in its first seconds).
+
     Called by the hot-path actors' constructors (participant and model clients, the pipeline's stage
     actors). Does nothing outside a Ray actor: a driver or a test process keeps its own settings.
 
@@ -168,6 +175,9 @@ def tune_actor_gc() -> bool:
 
     if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
         return False
+    import pyarrow as pa
+
+    pa.Table.from_pydict({"warm": []})  # loads pyarrow's pandas shim (see above)
     gc.freeze()
     gc.set_threshold(*ACTOR_GC_THRESHOLDS)
     return True

@@ -56,13 +56,19 @@ def test_gc_is_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
     @ray.remote(num_cpus=0)
     class Probe:
         def __init__(self):
+            import sys
+
+            self.pandas_before = "pandas" in sys.modules
             self.tuned = tune_actor_gc()
+            self.pandas_after = "pandas" in sys.modules
 
         def state(self):
-            return self.tuned, gc.get_threshold(), gc.get_freeze_count()
+            return self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before, self.pandas_after
 
     probe = Probe.remote()
-    tuned, thresholds, frozen = ray.get(probe.state.remote())
+    tuned, thresholds, frozen, pandas_before, pandas_after = ray.get(probe.state.remote())
     ray.kill(probe)
     assert tuned is True and thresholds == ACTOR_GC_THRESHOLDS
     assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
+    # pyarrow's pandas shim is loaded at start, not by the actor's first Arrow table
+    assert (pandas_before, pandas_after) == (False, True)

@@ -40,6 +40,7 @@ from aml_ray.contract import (
     search_memories,
     validate_add_response,
 )
+from aml_ray.evidence import search_columns
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
 from aml_ray.ray_runtime import tune_actor_gc, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
@@ -441,8 +442,6 @@ class ParticipantClient:
         Raises:
             ContractError, ParticipantError: as :meth:`search`.
         """
-        from aml_ray.evidence import search_columns  # here: the evidence module loads polars (start-up CPU)
-
         outcomes = await self.search_batch(items)
         if media_root is not None and self.spec.media is not None:
             store = MediaStore(media_root)
