@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import SecretStr
 
-from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec
+from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec, request_hash
 from aml_ray.contract import AddRequest, ContractError, Message, SearchRequest
 from aml_ray.retry import RetryPolicy, parse_retry_after
 from tests.servers import ThreadServer
@@ -248,6 +248,67 @@ async def test_aclose_stops_the_senders_and_a_new_call_starts_them_again(scripte
     await client.aclose()
     assert (first["status"], again["status"]) == ("ok", "ok")
     assert again["memories"][0]["content"] == "echo b"
+
+
+async def test_a_search_retried_in_a_batch_keeps_its_place_and_its_evidence(scripted):
+    """A Search whose first reply is a 503 is retried (same bytes) while the batch's others go on."""
+    script, server = scripted
+    script.replies.extend([(200, {}), (503, {"Retry-After": "0"})])
+    client = ParticipantClient(spec_for(server, max_in_flight=1))
+    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(3)]
+    outs = await client.search_many(reqs)
+    await client.aclose()
+    assert [o["memories"][0]["content"] for o in outs] == ["echo q0", "echo q1", "echo q2"]
+    assert [(o["attempts"], o["retried_statuses"], o["http_status"]) for o in outs] == [
+        (1, [], 200), (2, [503], 200), (1, [], 200)]
+    sent = [b.decode() for b in script.bodies]
+    assert ['"q1"' in b for b in sent] == [False, True, False, True]  # the retry went after q2, byte for byte
+    assert sent[1] == sent[3] and outs[1]["request_sha256"] == request_hash(script.bodies[3])
+    assert all(o["request_id"] == f"ref-{i}" and o["elapsed_ms"] >= o["latency_ms"] > 0 for i, o in enumerate(outs))
+
+
+async def test_a_contract_error_stops_the_batch_before_its_queued_searches_are_sent():
+    app = FastAPI()
+    queries = []
+
+    @app.post("/search")
+    async def search(request: Request):
+        body = await request.json()
+        queries.append(body["query"])
+        await asyncio.sleep(0.02)
+        if body["query"] == "bad":
+            return {"data": "not a list"}
+        return {"data": [{"id": "m1", "content": "fine"}]}
+
+    with ThreadServer(app) as server:
+        client = ParticipantClient(ParticipantSpec(add_url=f"{server.base_url}/add",
+                                                   search_url=f"{server.base_url}/search", max_in_flight=1))
+        reqs = [(SearchRequest(query=q, user_id="u", top_k=5), f"ref-{q}") for q in ["a", "bad", "c", "d", "e"]]
+        with pytest.raises(ContractError) as info:
+            await client.search_many(reqs)
+        await asyncio.sleep(0.1)
+        after = await client.search(SearchRequest(query="z", user_id="u", top_k=5), "ref-z")  # the client still works
+        await client.aclose()
+    assert info.value.request_id == "ref-bad" and info.value.field.startswith("data")
+    # the sender sends its next attempt ("c") before the reply is checked; nothing after that is sent
+    assert queries == ["a", "bad", "c", "z"] and after["memories"][0]["content"] == "fine"
+
+
+async def test_a_cancelled_batch_never_sends_its_queued_searches(scripted):
+    script, server = scripted
+    script.delay_s = 0.05
+    client = ParticipantClient(spec_for(server, max_in_flight=1))
+    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(6)]
+    batch = asyncio.create_task(client.search_many(reqs))
+    await asyncio.sleep(0.02)  # q0 in flight, q1..q5 queued
+    batch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+    await asyncio.sleep(0.15)
+    assert len(script.bodies) == 1
+    later = await client.search(SearchRequest(query="later", user_id="u", top_k=5), "ref-later")
+    await client.aclose()
+    assert later["memories"][0]["content"] == "echo later" and len(script.bodies) == 2
 
 
 def test_parse_retry_after():

@@ -244,60 +244,105 @@ class ParticipantClient:
             if not reply.done():
                 reply.set_result((status, raw, retry_after, (time.perf_counter() - t0) * 1000))
 
+    def _target(self, url: str) -> URL:
+        return self._targets.get(url) or self._targets.setdefault(url, URL(url))
+
+    def _check_reply(self, status: int, raw: bytes, retry_after: str | None, retry_statuses: frozenset[int],
+                     stage: str, rid: str) -> None:
+        """Raise for a reply that is not a success: TransientError for a retried status, else ParticipantError.
+
+        Retry sets from the AML error table (:data:`aml_ray.retry.ADD_RETRY_STATUSES`,
+        :data:`aml_ray.retry.SEARCH_RETRY_STATUSES`); the detail quoted from the body has the secret redacted.
+        """
+        if status in retry_statuses:
+            raise TransientError(f"HTTP {status}", status, parse_retry_after(retry_after))
+        if status not in (200, 202):
+            raise ParticipantError(stage, status, rid, self._redact(_text(raw)[:300]))
+
+    @staticmethod
+    def _transport_error(exc: BaseException) -> BaseException:
+        """A send's exception as the caller sees it: timeouts and refused/dropped connections are transient."""
+        if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError)) and not isinstance(exc, aiohttp.InvalidURL):
+            return TransientError(type(exc).__name__)
+        return exc
+
     async def _attempt(self, url: str, data: bytes, retry_statuses: frozenset[int], stage: str,
                        rid: str) -> tuple[int, bytes, float]:
         self._ensure()
         assert self._queue is not None
         reply: asyncio.Future = asyncio.get_running_loop().create_future()
-        target = self._targets.get(url) or self._targets.setdefault(url, URL(url))
-        item, priority = (target, data, reply), _ADD_FIRST if stage == "add" else _SEARCH_AFTER
+        item, priority = (self._target(url), data, reply), _ADD_FIRST if stage == "add" else _SEARCH_AFTER
         self._queue.put("", item, priority)
         try:
             status, raw, retry_after, latency_ms = await reply
         except asyncio.CancelledError:
             self._queue.remove("", item, priority)  # not sent yet: it never will be
             raise
-        except aiohttp.InvalidURL:
-            raise
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:  # timeouts, refused/dropped connections
-            raise TransientError(type(exc).__name__) from None
-        if status in retry_statuses:
-            raise TransientError(f"HTTP {status}", status, parse_retry_after(retry_after))
-        if status not in (200, 202):
-            raise ParticipantError(stage, status, rid, self._redact(_text(raw)[:300]))
+        except Exception as exc:
+            error = self._transport_error(exc)
+            if error is exc:
+                raise
+            raise error from None
+        self._check_reply(status, raw, retry_after, retry_statuses, stage, rid)
         return status, raw, latency_ms
+
+    @staticmethod
+    def _outcome(rid: str, data: bytes) -> dict[str, Any]:
+        return {"request_id": rid, "request_sha256": request_hash(data), "attempts": 1, "retried_statuses": [],
+                "http_status": None, "latency_ms": None, "status": "error", "error": None}
 
     async def _call(self, url: str, payload: dict[str, Any], retry_statuses: frozenset[int], stage: str,
                     rid: str) -> dict[str, Any]:
         data = body_bytes(payload)
-        outcome: dict[str, Any] = {"request_id": rid, "request_sha256": request_hash(data), "attempts": 1,
-                                   "retried_statuses": [], "http_status": None, "latency_ms": None,
-                                   "status": "error", "error": None}
+        outcome = self._outcome(rid, data)
         t0 = time.perf_counter()
         try:
             # Fast path: most requests succeed at once, so the retry loop is only built after a failure.
             status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
         except TransientError as exc:
-            outcome["retried_statuses"].append(exc.status or 0)
-            outcome["http_status"] = exc.status
-            first: TransientError | None = exc
-            try:
-                async for attempt in self.spec.retry.retrying():
-                    with attempt:
-                        if first is not None:  # replay the first failure: tenacity then waits as usual
-                            failed, first = first, None
-                            raise failed
-                        outcome["attempts"] += 1
-                        try:
-                            status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
-                        except TransientError as again:
-                            outcome["retried_statuses"].append(again.status or 0)
-                            outcome["http_status"] = again.status
-                            raise
-            except TransientError as last:
-                outcome["error"] = f"gave up after {outcome['attempts']} attempts: {last.reason}"
-                outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
-                return outcome
+            return await self._retry(url, data, retry_statuses, stage, outcome, exc, t0)
+        outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
+        outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
+        return outcome
+
+    async def _retry(self, url: str, data: bytes, retry_statuses: frozenset[int], stage: str,
+                     outcome: dict[str, Any], first: TransientError, t0: float) -> dict[str, Any]:
+        """Retry a request whose first attempt failed transiently, with the same bytes, by the spec's policy.
+
+        Args:
+            outcome: the request's outcome dict (:meth:`_outcome`), updated in place and returned.
+            first: the first attempt's failure; tenacity's loop replays it, so its wait and Retry-After
+                apply as for any later failure.
+            t0: ``time.perf_counter()`` when the request was first queued (``elapsed_ms``).
+
+        Returns:
+            ``outcome``: ``status="ok"`` with ``raw`` (the reply body), or ``status="error"`` with ``error``
+            once the policy gave up.
+
+        Raises:
+            ParticipantError: a retry got a status that is not retried.
+        """
+        rid = outcome["request_id"]
+        outcome["retried_statuses"].append(first.status or 0)
+        outcome["http_status"] = first.status
+        replay: TransientError | None = first
+        try:
+            async for attempt in self.spec.retry.retrying():
+                with attempt:
+                    if replay is not None:  # replay the first failure: tenacity then waits as usual
+                        failed, replay = replay, None
+                        raise failed
+                    outcome["attempts"] += 1
+                    try:
+                        status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
+                    except TransientError as again:
+                        outcome["retried_statuses"].append(again.status or 0)
+                        outcome["http_status"] = again.status
+                        raise
+        except TransientError as last:
+            outcome["error"] = f"gave up after {outcome['attempts']} attempts: {last.reason}"
+            outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
+            return outcome
         outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
@@ -377,20 +422,25 @@ class ParticipantClient:
         Raises:
             ContractError, ParticipantError: as :meth:`add`.
         """
-        out = await self._call(self.spec.search_url, request.to_body(), SEARCH_RETRY_STATUSES, "search", ref)
-        raw = out.pop("raw", None)
-        out["memories"] = []
-        if out["status"] == "ok":
-            try:
-                out["memories"] = search_memories(raw, out["http_status"], request, request_id=ref,
-                                                  media=self.spec.media)
-            except ContractError as exc:  # the reason may quote the body: never the secret
-                raise ContractError(exc.field, self._redact(exc.reason), exc.request_id) from None
-        return out
+        return (await self.search_many([(request, ref)]))[0]
 
     async def search_many(self, requests: list[tuple[SearchRequest, str]]) -> list[dict[str, Any]]:
-        """Run many Searches concurrently (bounded by ``max_in_flight``); results in input order."""
-        return list(await asyncio.gather(*(self.search(r, ref) for r, ref in requests)))
+        """Run many Searches concurrently (bounded by ``max_in_flight``); outcomes as :meth:`search`, in input order.
+
+        The first :class:`ContractError` or :class:`ParticipantError` fails the whole call; the batch's
+        Searches not yet sent are then never sent (:class:`_SearchBatch`).
+        """
+        if not requests:
+            return []
+        self._ensure()
+        return await _SearchBatch(self, requests).run()
+
+    def _memories(self, raw: bytes, status: int, request: SearchRequest, ref: str) -> list[dict[str, Any]]:
+        """A successful Search reply's memories (:func:`aml_ray.contract.search_memories`), the secret redacted from errors."""
+        try:
+            return search_memories(raw, status, request, request_id=ref, media=self.spec.media)
+        except ContractError as exc:  # the reason may quote the body: never the secret
+            raise ContractError(exc.field, self._redact(exc.reason), exc.request_id) from None
 
     # Batch entry points for actor calls: one call per sample / per batch of questions.
     async def add_sample(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -453,6 +503,126 @@ class ParticipantClient:
             for o in outcomes:
                 o["memories"] = memories_to_evidence(o["memories"], store)
         return search_columns(outcomes)
+
+
+class _SearchBatch:
+    """One :meth:`ParticipantClient.search_many` call: its Searches queued at once, each reply handled in the sender's step.
+
+    Why not a task per Search awaiting its reply: each such task costs its creation, a wake-up when the
+    reply arrives and the gather's bookkeeping. Measured with the HTTP session replaced by one that answers
+    at once (so only the client's own work is timed; 20,000 Searches in 100 batches): 36 us of CPU per
+    Search with a task each, 25.5 us this way (the HTTP exchange itself costs about 150 us). Here each
+    queued attempt carries a :class:`_BatchReply` in place of a future; the sender hands it the reply,
+    which is checked and turned into the Search's outcome on the loop's next turn, without a task of
+    its own. Only a failed first attempt starts a task,
+    which runs :meth:`ParticipantClient._retry` (the same retry policy, Retry-After and evidence as a
+    single request).
+
+    The first error that stops the stage (ContractError, ParticipantError) fails :meth:`run`; a
+    cancelled caller or a closed client cancels it. Either way the batch's attempts still queued are
+    skipped by the senders (their ``done()`` is true) and its retry tasks are cancelled; a sender that
+    took its next attempt before the failing reply was checked has sent that one.
+    """
+
+    def __init__(self, client: ParticipantClient, requests: list[tuple[SearchRequest, str]]):
+        self.client, self.requests = client, requests
+        self.results: list[dict[str, Any] | None] = [None] * len(requests)
+        self.remaining = len(requests)
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.retries: set[asyncio.Task] = set()
+        self.url = client._target(client.spec.search_url)
+        self.data = [body_bytes(request.to_body()) for request, _ in requests]
+        self.t0 = time.perf_counter()
+
+    async def run(self) -> list[dict[str, Any]]:
+        queue = self.client._queue
+        assert queue is not None
+        for i, data in enumerate(self.data):
+            queue.put("", (self.url, data, _BatchReply(self, i)), _SEARCH_AFTER)
+        try:
+            await self.finished
+        finally:
+            for task in self.retries:
+                task.cancel()
+        return self.results  # type: ignore[return-value]
+
+    def replied(self, i: int, status: int, raw: bytes, retry_after: str | None, latency_ms: float) -> None:
+        if self.finished.done():  # failed or cancelled since the reply came
+            return
+        request, ref = self.requests[i]
+        try:
+            self.client._check_reply(status, raw, retry_after, SEARCH_RETRY_STATUSES, "search", ref)
+            outcome = self.client._outcome(ref, self.data[i])
+            outcome.update(http_status=status, latency_ms=latency_ms, status="ok",
+                           elapsed_ms=(time.perf_counter() - self.t0) * 1000,
+                           memories=self.client._memories(raw, status, request, ref))
+        except TransientError as exc:
+            self._retry(i, exc)
+        except Exception as exc:  # noqa: BLE001 - never into the sender: it fails this batch's caller
+            self.fail(exc)
+        else:
+            self._settle(i, outcome)
+
+    def sent_failed(self, i: int, exc: BaseException) -> None:
+        error = self.client._transport_error(exc)
+        if isinstance(error, TransientError):
+            self._retry(i, error)
+        else:
+            self.fail(error)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.finished.done():
+            self.finished.set_exception(exc)
+
+    def _settle(self, i: int, outcome: dict[str, Any]) -> None:
+        self.results[i] = outcome
+        self.remaining -= 1
+        if not self.remaining and not self.finished.done():
+            self.finished.set_result(None)
+
+    def _retry(self, i: int, first: TransientError) -> None:
+        task = asyncio.get_running_loop().create_task(self._retried(i, first))
+        self.retries.add(task)
+        task.add_done_callback(self._retry_done)
+
+    def _retry_done(self, task: asyncio.Task) -> None:
+        self.retries.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.fail(task.exception())  # type: ignore[arg-type]
+
+    async def _retried(self, i: int, first: TransientError) -> None:
+        request, ref = self.requests[i]
+        client = self.client
+        outcome = await client._retry(client.spec.search_url, self.data[i], SEARCH_RETRY_STATUSES, "search",
+                                      client._outcome(ref, self.data[i]), first, self.t0)
+        raw = outcome.pop("raw", None)
+        outcome["memories"] = [] if outcome["status"] != "ok" else client._memories(raw, outcome["http_status"],
+                                                                                  request, ref)
+        self._settle(i, outcome)
+
+
+class _BatchReply:
+    """Where a sender hands one queued Search's reply: the part of :class:`asyncio.Future` it uses."""
+
+    __slots__ = ("batch", "index")
+
+    def __init__(self, batch: _SearchBatch, index: int):
+        self.batch, self.index = batch, index
+
+    def done(self) -> bool:  # the batch failed or was cancelled: not sent, or its reply not wanted
+        return self.batch.finished.done()
+
+    def set_result(self, reply: tuple[int, bytes, str | None, float]) -> None:
+        # checked on the loop's next turn: the sender first sends the next queued attempt (measured in-process,
+        # 20,000 Searches at 20 ms and 64 in flight, four runs each: 2,654-2,681 req/s against 2,564-2,614
+        # when checked here)
+        asyncio.get_running_loop().call_soon(self.batch.replied, self.index, *reply)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self.batch.sent_failed(self.index, exc)
+
+    def cancel(self) -> None:  # the client closed (aclose) while this attempt was in flight
+        self.batch.finished.cancel()
 
 
 def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
