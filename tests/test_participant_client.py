@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import deque
 
@@ -29,6 +30,7 @@ class Script:
         self.in_flight = 0
         self.max_in_flight = 0
         self.delay_s = 0.0
+        self.broken_queries: set[str] = set()  # Searches answered with a body that breaks the contract
         self.app = FastAPI()
 
         async def handle(request: Request, kind: str):
@@ -50,6 +52,8 @@ class Script:
             if kind == "add":
                 return {"success": True, "request_id": body["request_id"], "user_id": body["user_id"],
                         "session_id": body["session_id"]}
+            if body["query"] in self.broken_queries:
+                return {"data": "not a list"}
             return {"data": [{"id": "m1", "content": f"echo {body['query']}", "score": 1.0}]}
 
         @self.app.post("/add")
@@ -220,14 +224,20 @@ async def test_max_in_flight_and_rate_limit_hold(scripted):
     assert elapsed >= 0.9, f"24 requests at 20/s took {elapsed:.2f} s"
 
 
+async def queued_behind_one_slot(script: Script, server, n: int = 6) -> tuple[ParticipantClient, asyncio.Task]:
+    """A one-slot client with a batch of ``n`` Searches started: ``q0`` in flight (the server holds it 50 ms), the rest queued."""
+    script.delay_s = 0.05
+    client = ParticipantClient(spec_for(server, max_in_flight=1))
+    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(n)]
+    batch = asyncio.create_task(client.search_many(reqs))
+    await asyncio.sleep(0.02)
+    return client, batch
+
+
 async def test_an_add_is_sent_before_searches_already_queued(scripted):
     """A sample's Adds gate its Searches: behind one slot and 6 queued Searches, a later Add goes next."""
     script, server = scripted
-    script.delay_s = 0.05
-    client = ParticipantClient(spec_for(server, max_in_flight=1))
-    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(6)]
-    searches = asyncio.create_task(client.search_many(reqs))
-    await asyncio.sleep(0.02)  # the first Search is in flight, the other 5 queued
+    client, searches = await queued_behind_one_slot(script, server)
     out = await client.add(add_req(7))
     await searches
     await client.aclose()
@@ -267,40 +277,26 @@ async def test_a_search_retried_in_a_batch_keeps_its_place_and_its_evidence(scri
     assert all(o["request_id"] == f"ref-{i}" and o["elapsed_ms"] >= o["latency_ms"] > 0 for i, o in enumerate(outs))
 
 
-async def test_a_contract_error_stops_the_batch_before_its_queued_searches_are_sent():
-    app = FastAPI()
-    queries = []
-
-    @app.post("/search")
-    async def search(request: Request):
-        body = await request.json()
-        queries.append(body["query"])
-        await asyncio.sleep(0.02)
-        if body["query"] == "bad":
-            return {"data": "not a list"}
-        return {"data": [{"id": "m1", "content": "fine"}]}
-
-    with ThreadServer(app) as server:
-        client = ParticipantClient(ParticipantSpec(add_url=f"{server.base_url}/add",
-                                                   search_url=f"{server.base_url}/search", max_in_flight=1))
-        reqs = [(SearchRequest(query=q, user_id="u", top_k=5), f"ref-{q}") for q in ["a", "bad", "c", "d", "e"]]
-        with pytest.raises(ContractError) as info:
-            await client.search_many(reqs)
-        await asyncio.sleep(0.1)
-        after = await client.search(SearchRequest(query="z", user_id="u", top_k=5), "ref-z")  # the client still works
-        await client.aclose()
+async def test_a_contract_error_stops_the_batch_before_its_queued_searches_are_sent(scripted):
+    script, server = scripted
+    script.delay_s = 0.02
+    script.broken_queries.add("bad")
+    client = ParticipantClient(spec_for(server, max_in_flight=1))
+    reqs = [(SearchRequest(query=q, user_id="u", top_k=5), f"ref-{q}") for q in ["a", "bad", "c", "d", "e"]]
+    with pytest.raises(ContractError) as info:
+        await client.search_many(reqs)
+    await asyncio.sleep(0.1)
+    after = await client.search(SearchRequest(query="z", user_id="u", top_k=5), "ref-z")  # the client still works
+    await client.aclose()
+    queries = [json.loads(b)["query"] for b in script.bodies]
     assert info.value.request_id == "ref-bad" and info.value.field.startswith("data")
     # the sender sends its next attempt ("c") before the reply is checked; nothing after that is sent
-    assert queries == ["a", "bad", "c", "z"] and after["memories"][0]["content"] == "fine"
+    assert queries == ["a", "bad", "c", "z"] and after["memories"][0]["content"] == "echo z"
 
 
 async def test_a_cancelled_batch_never_sends_its_queued_searches(scripted):
     script, server = scripted
-    script.delay_s = 0.05
-    client = ParticipantClient(spec_for(server, max_in_flight=1))
-    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(6)]
-    batch = asyncio.create_task(client.search_many(reqs))
-    await asyncio.sleep(0.02)  # q0 in flight, q1..q5 queued
+    client, batch = await queued_behind_one_slot(script, server)
     batch.cancel()
     with pytest.raises(asyncio.CancelledError):
         await batch
