@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from aml_ray.progress import ProgressTracker
+from aml_ray.progress import ProgressBuffer, ProgressTracker
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "node_loss_job.py"
@@ -80,3 +80,36 @@ def test_tracker_counts_a_rerun_sample_once():
     assert t.snapshot() == {"add": 55, "search": 152}
     t.set_done("add", "conv-26", 5)  # a late report from the lost attempt never lowers the count
     assert t.snapshot()["add"] == 55
+
+
+class _Handle:
+    """Stands for the tracker's actor handle: ``update.remote`` applies the call to a real tracker at once."""
+
+    def __init__(self) -> None:
+        self.tracker, self.calls = ProgressTracker(), 0
+        self.update = self
+
+    def remote(self, counts, totals) -> None:
+        self.calls += 1
+        self.tracker.update(counts, totals)
+
+
+def test_progress_buffer_sends_one_update_per_interval_or_flush():
+    now = [100.0]
+    handle = _Handle()
+    buf = ProgressBuffer(handle, interval_s=0.5, clock=lambda: now[0])
+    buf.total("add", "conv-26", 10)  # the first report after a quiet spell goes at once
+    assert handle.calls == 1 and handle.tracker.snapshot() == {"add": 10}
+    buf.total("add", "conv-26", 28)
+    buf.total("add", "conv-26", 20)  # a lower total never lowers the count
+    buf.incr("search", 100)
+    buf.incr("search", 52)
+    assert handle.calls == 1  # kept: less than 0.5 s since the last send
+    now[0] += 0.5
+    buf.total("add", "conv-30", 27)  # due: everything kept goes in one call
+    assert handle.calls == 2 and handle.tracker.snapshot() == {"add": 55, "search": 152}
+    buf.incr("search", 8)
+    buf.flush()
+    buf.flush()  # nothing left: no call
+    assert handle.calls == 3 and handle.tracker.snapshot() == {"add": 55, "search": 160}
+    ProgressBuffer(None).incr("search", 5)  # no tracker: nothing kept, nothing sent

@@ -17,12 +17,6 @@ def report(tracker, stage: str, n: int) -> None:
         tracker.incr.remote(stage, n)
 
 
-def report_total(tracker, stage: str, key: str, n: int) -> None:
-    """Fire-and-forget progress total of one sample (``ProgressTracker.set_done``: counted once if re-run)."""
-    if tracker is not None:
-        tracker.set_done.remote(stage, key, n)
-
-
 class StageStopped(RuntimeError):
     """Raised inside a stage after a contract error or non-retryable status was recorded on the tracker."""
 

@@ -29,7 +29,8 @@ import pyarrow as pa
 from aml_ray.evidence import AddJournal, RunDir
 from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
 from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
-from aml_ray.stages._common import participant_failure, report, report_total, searched_questions
+from aml_ray.progress import ProgressBuffer
+from aml_ray.stages._common import participant_failure, searched_questions
 from aml_ray.stages.search import search_rows
 
 
@@ -102,6 +103,7 @@ class IngestStage:
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k
         self.tracker = tracker
+        self.progress = ProgressBuffer(tracker)  # sent at the end of each task (__call__) or every 0.5 s
         self.final = final
         self.samples_at_once = samples_at_once
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
@@ -130,6 +132,8 @@ class IngestStage:
                 tasks = [group.create_task(self._held(row)) for row in batch.to_pylist()]
         except BaseExceptionGroup as failed:  # the first sample's error, as a one-sample task raises it
             raise failed.exceptions[0] from None
+        finally:
+            self.progress.flush()
         return pa.concat_tables([t.result() for t in tasks])
 
     async def _held(self, row: dict[str, Any]) -> pa.Table:
@@ -164,7 +168,7 @@ class IngestStage:
             await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
             n_done += len(todo)
             # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
-            report_total(self.tracker, "add", sid, n_done)
+            self.progress.total("add", sid, n_done)
             if step is not None:
                 asked = by_step[step]
                 searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
@@ -174,7 +178,7 @@ class IngestStage:
         asked = [i for i, step in enumerate(steps) if step is None]
         searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
                                                   self.tracker, media_root=media_root)))
-        report(self.tracker, "search", len(steps))
+        self.progress.incr("search", len(steps))
         order = [i for asked, _ in searched for i in asked]
         return searched_questions(_take(questions, order), pa.concat_tables([table for _, table in searched]),
                                   final=self.final)
