@@ -7,7 +7,8 @@ requests, requests/s) holds across every stage and job that calls it. Callers se
 
 Capacity: ``max_in_flight`` sender tasks (:meth:`ParticipantClient._sender`) each send one attempt at a
 time, taken from a :class:`aml_ray.actors.fair.FairQueue` where Adds go before Searches; a declared
-``requests_per_s`` is held by an aiolimiter bucket in front of each send.
+``requests_per_s`` is held by an aiolimiter bucket in front of each send. A batch of Searches is queued
+at once and its replies are checked without a task per Search (:class:`_SearchBatch`).
 
 Transport: aiohttp's client directly. Against one loopback server at 20 ms latency and 64 in flight,
 httpx's own transport did 124-167 req/s, httpx over the aiohttp transport (``httpx-aiohttp``) 1,415 and
