@@ -112,4 +112,8 @@ def test_progress_buffer_sends_one_update_per_interval_or_flush():
     buf.flush()
     buf.flush()  # nothing left: no call
     assert handle.calls == 3 and handle.tracker.snapshot() == {"add": 55, "search": 160}
-    ProgressBuffer(None).incr("search", 5)  # no tracker: nothing kept, nothing sent
+    idle = ProgressBuffer(None, clock=lambda: now[0])  # no tracker: nothing kept, nothing sent
+    idle.incr("search", 5)
+    idle.total("add", "conv-26", 3)
+    idle.flush()
+    assert (dict(idle._counts), idle._totals) == ({}, {})
