@@ -57,6 +57,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -177,7 +178,7 @@ def _cmdline(pid: int) -> str:
 
 def _short(cmd: str) -> str:
     if cmd.startswith("ray::"):
-        return cmd.split()[0]
+        return re.sub(r"\.\w+$", "", cmd.split()[0])  # "ray::ParticipantClient.search_table" -> its actor
     parts = cmd.split()
     for p in parts:
         base = p.rsplit("/", 1)[-1]
@@ -192,10 +193,14 @@ class RssSampler:
     Reports the largest peak RSS (VmHWM) of one Ray worker, the peak of the summed proportional set size
     (PSS: shared pages split between the processes that map them, so the sum is not inflated) of all
     descendants (GCS, raylet, workers), and the CPU seconds each process used.
+
+    ``pss=False`` skips the PSS sum: reading ``smaps_rollup`` of Ray's processes costs this process about
+    30 ms of CPU per look on 2 cores (measured), beside the processes it measures; the Search benchmark,
+    whose figure is throughput, does without it.
     """
 
-    def __init__(self, exclude: set[int], interval_s: float = 1.0):
-        self.exclude, self.interval_s = exclude, interval_s
+    def __init__(self, exclude: set[int], interval_s: float = 1.0, pss: bool = True):
+        self.exclude, self.interval_s, self.pss = exclude, interval_s, pss
         self.hwm: dict[int, int] = {}
         self.names: dict[int, str] = {}
         self.cpu: dict[int, float] = {}
@@ -204,6 +209,7 @@ class RssSampler:
         self.driver_rss: list[tuple[float, int]] = []  # (time.monotonic, driver VmRSS)
         self.driver_anon_peak = 0  # private memory (RssAnon)
         self.driver_shmem_peak = 0  # object-store pages the driver maps (RssShmem)
+        self.cpu_series: list[tuple[float, dict[int, float]]] = []  # (time.monotonic, {pid: CPU s so far})
         self._ticks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -217,10 +223,29 @@ class RssSampler:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
+        # CPU every interval (cheap: /proc/*/stat), memory every other one (smaps_rollup is not)
+        while not self._stop.wait(self.interval_s / 2):
+            self._sample(memory=self._ticks % 2 == 1)
 
-    def _sample(self) -> None:
+    def cpu_between(self, t0: float, t1: float) -> dict[str, float]:
+        """Cores used by each process (by name) from the sample nearest after ``t0`` to the one nearest before ``t1``.
+
+        Returns ``{}`` when fewer than two samples lie between them.
+        """
+        inside = [(t, c) for t, c in self.cpu_series if t0 <= t <= t1]
+        if len(inside) < 2:
+            return {}
+        (ta, ca), (tb, cb) = inside[0], inside[-1]
+        out: dict[str, float] = {}
+        me = os.getpid()
+        for pid, sec in cb.items():
+            key = "driver" if pid == me else self.names.get(pid)
+            if key is None:  # not one of this run's processes
+                continue
+            out[key] = out.get(key, 0.0) + (sec - ca.get(pid, 0.0)) / (tb - ta)
+        return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v >= 0.005}
+
+    def _sample(self, memory: bool = True) -> None:
         parent: dict[int, int] = {}
         cpu: dict[int, float] = {}
         tick = os.sysconf("SC_CLK_TCK")
@@ -233,6 +258,11 @@ class RssSampler:
                     cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
                 except (OSError, IndexError, ValueError):
                     continue
+        now = time.monotonic()
+        self.cpu_series.append((now, {pid: v for pid, v in cpu.items() if pid not in self.exclude}))
+        self._ticks += 1
+        if not memory:
+            return
         me, mine = os.getpid(), []
         for pid in parent:
             p, seen = pid, 0
@@ -247,10 +277,10 @@ class RssSampler:
         self.driver_rss.append((time.monotonic(), st.get("VmRSS", 0)))
         self.driver_anon_peak = max(self.driver_anon_peak, st.get("RssAnon", 0))
         self.driver_shmem_peak = max(self.driver_shmem_peak, st.get("RssShmem", 0))
-        total, self._ticks = 0, self._ticks + 1
+        total = 0
         # smaps_rollup (PSS) costs the driver about 40 ms of CPU for Ray's processes on 2 cores, the rest of a
-        # tick about 7 ms: PSS every other tick keeps the sampler near 2.5% of a core (it was 5% at 0.5 s)
-        pss = self._ticks % 2 == 1
+        # memory tick about 7 ms: PSS every other memory tick keeps the sampler near 2.5% of a core
+        pss = self.pss and self._ticks % 4 == 2
         for pid in mine:
             total += _pss(pid) if pss else 0
             self.hwm[pid] = max(self.hwm.get(pid, 0), _proc_status(pid).get("VmHWM", 0))
@@ -262,7 +292,11 @@ class RssSampler:
                 except OSError:
                     cmd = ""
             name = _short(cmd)
-            if name and name != "ray::IDLE" or pid not in self.names:
+            known = self.names.get(pid, "")
+            # a worker's title changes with the task it runs ("ray::IDLE", "ray::Class.method"); keep its
+            # actor's name, and never replace a full name with a thread's truncated one ("comm:...")
+            if pid not in self.names or (name and name != "ray::IDLE" and not (
+                    name.startswith(("comm:", "?")) and known.startswith("ray::") and known != "ray::IDLE")):
                 self.names[pid] = name
             self.first_seen.setdefault(name, time.monotonic())
             self.cpu[pid] = cpu.get(pid, 0.0)
@@ -382,12 +416,15 @@ class _LocalCluster:
 
 def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, judge, *, top_k: int,
                      options, exclude_pids: set[int], nodes: int = 1, retrieval_only: bool = False,
-                     warmup=None, before_measure=None) -> dict[str, Any]:
+                     warmup=None, before_measure=None, cpu_window=None, pss: bool = True) -> dict[str, Any]:
     """Start Ray (on ``nodes`` local nodes), run the pipeline, stop Ray; returns timings and memory.
 
     ``retrieval_only``: Ingest and Search only (``run_pipeline(retrieval_only=True)``), no Answer/Judge.
     ``warmup``: other inputs run first on the same Ray (as a service's worker runs job after job: Ray Data's
     own actors and the dashboard agent are then up), then ``before_measure()`` (resets the server's counters).
+    ``cpu_window()``: ``(t0, t1)`` on ``time.monotonic``, read after the run (the first and last Search arrival
+    at the server); ``steady_cpu`` then holds the cores each process used between them. ``pss``: sum the
+    Ray processes' PSS (:class:`RssSampler`).
     """
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.evidence import RunDir
@@ -396,7 +433,7 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
     spec = ParticipantSpec(add_url=f"{participant_url}/add", search_url=f"{participant_url}/search",
                            max_in_flight=concurrency)
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="aml-bench-") as tmp, RssSampler(exclude_pids) as rss:
+    with tempfile.TemporaryDirectory(prefix="aml-bench-") as tmp, RssSampler(exclude_pids, pss=pss) as rss:
         out["loadavg_start"] = os.getloadavg()[0]
         out["driver_rss_before_ray"] = _proc_status(os.getpid()).get("VmRSS", 0)
         t0 = time.perf_counter()
@@ -425,6 +462,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
             m1 = machine_cpu()
             out["machine_busy"] = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
             rss._sample()  # last look at the workers' CPU and memory before they exit
+            if cpu_window is not None:
+                out["steady_cpu"] = rss.cpu_between(*cpu_window())
             if nodes > 1:
                 import ray
 
@@ -446,6 +485,11 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
     return out
 
 
+def _arrivals(stats: dict[str, Any], kind: str) -> tuple[float, float]:
+    """The first and last arrival of ``kind`` at a loopback server (``time.monotonic``, this machine's clock)."""
+    return stats["first"].get(kind, 0.0), stats["last"].get(kind, 0.0)
+
+
 def search_run(args) -> dict[str, Any]:
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.pipeline import PipelineOptions
@@ -465,7 +509,8 @@ def search_run(args) -> dict[str, Any]:
             pipe = run_ray_pipeline(inputs, server.base_url, args.concurrency, offline_answer, offline_judge,
                                     top_k=args.top_k, options=pipeline_options(args, PipelineOptions),
                                     exclude_pids={server.proc.pid}, nodes=args.nodes,
-                                    retrieval_only=kind == "retrieval", warmup=warmup, before_measure=server.reset)
+                                    retrieval_only=kind == "retrieval", warmup=warmup, before_measure=server.reset,
+                                    cpu_window=lambda: _arrivals(server.stats(), "search"), pss=False)
             n, rate = server.rate("search")
             stats = server.stats()
             pipe.update(rate=rate, steady=stats["steady"].get("search"), searches=n, adds=stats["n"].get("add", 0), kind=kind,
@@ -680,8 +725,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
           f"{_med(get('plain_aiohttp.wall_s')):.1f} s")
     _print_load(runs)
     print(f"  peak RSS: driver {_mib(_med(get('pipeline.driver_peak_rss')))}, largest Ray worker "
-          f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({runs[0]['pipeline']['worker_peak_name']}), "
-          f"all Ray processes together {_mib(_med(get('pipeline.ray_total_peak_pss')))} (PSS)")
+          f"{_mib(_med(get('pipeline.worker_peak_rss')))} ({runs[0]['pipeline']['worker_peak_name']}) "
+          "(the Ray processes' PSS is summed in --mode e2e only: reading it costs the driver CPU)")
     _print_driver_memory(args, runs)
     _print_cpu(args, runs)
     _print_timeline(args, runs)
@@ -691,6 +736,20 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
               f"p95 {lat['p95']:.1f} ms (the server holds each for {args.latency_ms:g} ms)")
     print(f"  participant saw at most {max(get('pipeline.server_max_in_flight'))} in flight "
           f"(declared {args.concurrency}); over capacity: {max(get('pipeline.over_capacity'))}")
+    _print_steady_cpu(runs)
+
+
+def _print_steady_cpu(runs: list[dict[str, Any]]) -> None:
+    """Cores each process used while Searches arrived (median of runs): what the pipeline's 2 cores share."""
+    steady = [r["pipeline"].get("steady_cpu") or {} for r in runs]
+    names = sorted({k for s in steady for k in s}, key=lambda k: -(_med([s.get(k, 0.0) for s in steady]) or 0))
+    cores = {k: _med([s.get(k, 0.0) for s in steady]) or 0.0 for k in names}
+    if not cores:
+        return
+    plain = _med([r["plain_aiohttp"]["client_cpu_s"] / r["plain_aiohttp"]["wall_s"] for r in runs])
+    print(f"  cores used between the first and last Search arrival (median of {len(runs)}; the loopback server not "
+          f"counted): {sum(cores.values()):.2f} in all; " + ", ".join(f"{k} {v:.2f}" for k, v in cores.items() if v >= 0.01)
+          + f" (the plain aiohttp loop's client: {plain:.2f})")
 
 
 def report_e2e(args, runs: list[dict[str, Any]]) -> None:

@@ -72,3 +72,19 @@ def test_gc_is_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
     assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
     # pyarrow's pandas shim is loaded at start, not by the actor's first Arrow table
     assert (pandas_before, pandas_after) == (False, True)
+
+
+def test_ray_data_map_tasks_run_without_the_memory_poll_thread(ray_session):
+    # init_ray turns Ray Data's per-task memory poll off: no thread reading the process's memory beside
+    # every map task (Ray's default, 1 s, starts one named after its target, poll_uss)
+    import threading
+
+    import ray.data
+
+    assert ray.data.DataContext.get_current().memory_usage_poll_interval_s is None
+
+    def polling(batch: dict) -> dict:
+        return {"poll": [any("poll_uss" in t.name for t in threading.enumerate())] * len(batch["id"])}
+
+    rows = ray.data.range(4, override_num_blocks=2).map_batches(polling, num_cpus=0.1).take_all()
+    assert [r["poll"] for r in rows] == [False] * 4
