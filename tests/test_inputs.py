@@ -54,6 +54,23 @@ def test_one_file_per_sample_and_counts_only_in_memory(tmp_path, samples):
         inputs.sample_row(2)
 
 
+def test_sample_files_read_back_in_the_input_schema_whatever_their_column_order(tmp_path, samples):
+    from aml_ray.inputs import SAMPLE_INPUT_SCHEMA
+
+    inputs = build_inputs(samples[:2], IDS, out_dir=tmp_path / "in")
+    first, second = (str(p) for p in inputs.sample_paths())
+    table = pq.read_table(second)
+    reordered = tmp_path / "reordered.parquet"
+    pq.write_table(table.select(list(reversed(table.column_names))), reordered)
+    both = read_sample_files([first, str(reordered)])
+    assert both.schema.equals(SAMPLE_INPUT_SCHEMA)
+    assert both.column("sample_id").to_pylist() == ["conv-26", "conv-30"]
+    assert both.slice(1).equals(read_sample_files([second]))
+    assert read_sample_files([]).schema.equals(SAMPLE_INPUT_SCHEMA) and read_sample_files([]).num_rows == 0
+    with pytest.raises(FileNotFoundError):
+        read_sample_files([str(tmp_path / "gone.parquet")])
+
+
 def test_each_sample_is_on_disk_before_the_next_is_built(tmp_path, samples):
     seen = []
 
