@@ -11,9 +11,11 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
     like-for-like comparison) and full (plus the offline answerer and judge, CPU work that shares the
     same cores). Printed beside the ideal
     (concurrency / latency) and a plain asyncio loop on the same server (aiohttp, and httpx over the
-    aiohttp transport), measured in the same run. The pipeline's rate is the steady state seen by the
-    server: (N - 1) / (last arrival - first arrival). Also: end-to-end wall time (Ray start + actor pools
-    + the run), driver and worker peak RSS.
+    aiohttp transport), measured in the same run, and the ``ParticipantClient`` actor alone, fed by this
+    process as the Ingest stage feeds it (:func:`measure_client_actor`). The pipeline's rate is the
+    steady state seen by the server: (N - 1) / (last arrival - first arrival). Also: end-to-end wall time
+    (Ray start + actor pools + the run), driver and worker peak RSS, and the cores each process used
+    between the first and last Search arrival.
 
 ``--mode e2e`` (issue 7)
     A synthetic corpus shaped like LoCoMo (``--scale`` 1/10/100: 10 x scale samples, 19 sessions of 31
@@ -385,6 +387,43 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
             "client_cpu_s": cpu}
 
 
+def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
+    """The ``ParticipantClient`` Ray actor alone, fed from this process as the Ingest stage feeds it.
+
+    ``n`` Searches in ``samples`` calls of ``search_table`` (one sample's questions each), 16 calls in flight
+    (``PipelineOptions.ingest_parallelism``); no Ray Data, no Ingest actor, no Adds. Between the plain loop
+    and the pipeline it tells the client's own cost from what the pipeline's other processes take from it.
+    Ray is started for it and stopped after.
+    """
+    import ray
+
+    from aml_ray.actors.participant import ParticipantSpec, spawn_participant_client
+
+    spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                           max_in_flight=concurrency)
+    per = n // samples
+    batches = [[{"ref": f"s{k}:q{i}", "request": {"query": f"When did Caroline go to the lake {i}?",
+                                                  "user_id": f"eval:bench:syn:{k}", "top_k": top_k}}
+                for i in range(per)] for k in range(samples)]
+    with _LocalCluster(1):
+        client = spawn_participant_client(spec)
+        ray.get(client.search_table.remote(batches[0][:1]))  # the actor is up
+        server.reset()
+        c0 = time.process_time()
+        pending, queued = [client.search_table.remote(b) for b in batches[:16]], 16
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            ray.get(done)
+            if queued < len(batches):
+                pending.append(client.search_table.remote(batches[queued]))
+                queued += 1
+        driver_cpu = time.process_time() - c0
+        ray.get(client.aclose.remote())
+    count, rate = server.rate("search")
+    assert count == per * samples, (count, n)
+    return {"rate": rate, "steady": server.steady_rate("search"), "driver_cpu_s": driver_cpu}
+
+
 # --------------------------------------------------------------------------------------------- pipeline
 
 
@@ -502,7 +541,9 @@ def search_run(args) -> dict[str, Any]:
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
                        "--memories", str(args.memories)) as server:
         res: dict[str, Any] = {"plain_aiohttp": measure_plain(server, "aiohttp", args.queries, args.concurrency),
-                               "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency)}
+                               "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency),
+                               "client_actor": measure_client_actor(server, args.queries, args.concurrency,
+                                                                    args.samples, args.top_k)}
         kinds = ["retrieval", "full"] if args.pipeline == "both" else [args.pipeline]
         for kind, key in zip(kinds, ("pipeline", "pipeline_full")):
             server.reset()
@@ -693,6 +734,7 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     get = lambda path: [_dig(r, path) for r in runs]  # noqa: E731
     label = {"retrieval": "pipeline, retrieval-only", "full": "pipeline, + offline Answer/Judge"}
     rows = [("plain asyncio loop, aiohttp", "plain_aiohttp"), ("plain asyncio loop, httpx+aiohttp", "plain_httpx_aiohttp"),
+            ("ParticipantClient actor alone", "client_actor"),
             ("aml-ray " + label[runs[0]["pipeline"]["kind"]], "pipeline")]
     if all("pipeline_full" in r for r in runs):
         rows.append(("aml-ray " + label["full"], "pipeline_full"))
@@ -711,7 +753,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
             cells.append(f"{_rate(value):>13}  {value / ideal if value else 0:>7.2f}  "
                          f"{vs_plain if vs_plain is not None else 0:>7.2f}")
         print(f"  {name:<42}{cells[0]}   {cells[1]}")
-    print("  (x plain: same-run ratio to the plain aiohttp loop; the full pipeline's 2 cores also run the offline "
+    print("  (x plain: same-run ratio to the plain aiohttp loop; the client actor alone is fed by this process "
+          "as Ingest feeds it, without Ray Data, Ingest or Adds; the full pipeline's 2 cores also run the offline "
           "answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
           f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
