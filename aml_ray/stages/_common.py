@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aml_ray.actors.participant import ParticipantError
 from aml_ray.contract import ContractError
@@ -100,8 +101,8 @@ def searched_questions(questions: pa.Table, search: pa.Table, *, final: bool = F
         raise ValueError(f"{n} questions but {search.num_rows} Search rows")
     columns = {name: questions.column(name) for name in questions.column_names}
     columns.update((name, search.column(name)) for name in SEARCH_COLUMNS)
-    if final:
-        columns["status"] = pa.array([RETRIEVED if s == "ok" else "search_error"
-                                      for s in search.column("search_status").to_pylist()], pa.string())
+    if final:  # one compute call, not a Python loop over the rows
+        ok = pc.fill_null(pc.equal(search.column("search_status"), "ok"), False)
+        columns["status"] = pc.if_else(ok, RETRIEVED, "search_error")
     return pa.Table.from_arrays([columns[f.name] if f.name in columns else pa.nulls(n, f.type)
                                  for f in QUESTION_SCHEMA], schema=QUESTION_SCHEMA)

@@ -44,7 +44,13 @@ def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: 
 
 
 def _take(table: pa.Table, positions: list[int]) -> pa.Table:
-    """``table``'s rows at ``positions`` (typed indices: an empty list has no type to infer)."""
+    """``table``'s rows at ``positions`` (typed indices: an empty list has no type to infer).
+
+    All rows in order (a sample without Streaming steps, the usual case) give ``table`` itself, with no
+    copy of its columns.
+    """
+    if len(positions) == table.num_rows and all(i == p for i, p in enumerate(positions)):
+        return table
     return table.take(pa.array(positions, pa.int64()))
 
 
