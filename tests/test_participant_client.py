@@ -155,35 +155,6 @@ async def test_search_table_holds_each_outcome_as_its_question_columns(scripted)
     assert failed["search_error"] == "gave up after 4 attempts: HTTP 503"
 
 
-async def test_add_stream_sends_its_searches_after_its_adds_unless_taken_over(scripted):
-    """One call per segment: the Add outcomes, then the Searches' table as the last item; a stream taken
-    over by a later call for the same sample stops before its Searches too."""
-    import pyarrow as pa
-
-    script, server = scripted
-    client = ParticipantClient(spec_for(server))
-    uid = "eval:r1:ds:s1"
-    adds = [{"request_id": f"{uid}:chunk-{i}", "user_id": uid, "session_id": f"{uid}:s1",
-             "messages": [{"role": "user", "content": f"turn {i}"}]} for i in range(2)]
-    searches = [{"ref": f"ref-{i}", "request": {"query": f"q{i}", "user_id": uid, "top_k": 5}} for i in range(3)]
-    items = [item async for item in client.add_stream(adds, "s1", "t1", searches)]
-    assert [o["status"] for o in items[:2]] == ["ok", "ok"] and isinstance(items[2], pa.Table)
-    assert items[2].column("search_status").to_pylist() == ["ok"] * 3
-    assert items[2].column("memories").to_pylist()[1][0]["content"] == "echo q1"
-    # every Search went out after both Adds
-    kinds = ["query" if b"query" in body else "add" for body in script.bodies]
-    assert kinds == ["add", "add", "query", "query", "query"]
-
-    again = [{**a, "request_id": a["request_id"] + ":again"} for a in adds]  # not acknowledged yet: sent
-    older = client.add_stream(again, "s1", "t2", searches)
-    first = await anext(older)
-    newer = [item async for item in client.add_stream(again[1:], "s1", "t3")]  # takes the sample over
-    rest = [item async for item in older]
-    await client.aclose()
-    assert first["status"] == "ok" and newer[0]["status"] == "ok" and rest == []
-    assert len(script.bodies) == 5 + 2  # the older stream's second Add and its Searches never went out
-
-
 async def test_timeout_is_transient_and_retried(scripted):
     script, server = scripted
     script.delay_s = 0.5

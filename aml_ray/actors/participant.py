@@ -453,17 +453,11 @@ class ParticipantClient:
         return AddRequest.model_validate(body, context=media_context(self.spec.media))
 
     async def add_stream(self, requests: list[dict[str, Any]], sample: str | None = None,
-                         token: str | None = None, searches: list[dict[str, Any]] | None = None,
-                         media_root: str | None = None):
-        """Adds of one sample, in order, yielding each outcome as soon as it is known; then its Searches.
+                         token: str | None = None):
+        """Adds of one sample, in order, yielding each outcome as soon as it is known.
 
         Called as a Ray streaming generator (one actor call per sample segment): the caller journals
-        every finished Add, so a resumed run never sends a finished Add again. The Searches asked once
-        these Adds are done come in the same call (``searches``), and their columns are the last item:
-        one actor call per segment instead of two. Measured with a ``ParticipantClient`` actor against
-        the loopback participant on 2 cores: each call costs the actor about 1.3 ms of CPU beside its
-        requests (a streaming call of one Add 1.46-1.76 ms with that Add; ``search_table`` 1.3 ms more
-        per call of 20 Searches than its share of a call of 100), while a Search costs about 0.24 ms.
+        every finished Add, so a resumed run never sends a finished Add again.
 
         Args:
             requests: AddRequest dicts, in order.
@@ -472,8 +466,6 @@ class ParticipantClient:
                 next Add, so the sample's Adds are not sent twice by two streams. The sample is told
                 apart by its user_id too (which holds the run id): jobs sharing this client (one per
                 version, :mod:`aml_ray.actors.shared`) may run the same dataset's sample at once.
-            searches / media_root: as :meth:`search_table`, sent once every Add returned; the stream's
-                last item is their table. A stream taken over by a later call stops before them too.
         """
         owner = (sample, requests[0].get("user_id") if requests else None)
         if sample is not None and token is not None:
@@ -482,8 +474,6 @@ class ParticipantClient:
             if sample is not None and self._stream_owner.get(owner) != token:
                 return
             yield await self.add(self._add_request(r))
-        if searches is not None and (sample is None or self._stream_owner.get(owner) == token):
-            yield await self.search_table(searches, media_root)
 
     async def search_batch(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A batch of Searches; each item is ``{"ref": str, "request": SearchRequest dict}``."""

@@ -1,8 +1,8 @@
 """Ingest stage: one sample's Adds, in order, journalled one by one; then that sample's Searches.
 
 A sample's questions are searched as soon as its Adds are done, by the same task (DESIGN.md: "a
-sample's questions enter Search as soon as that sample's Adds are done"), in the ParticipantClient call
-that sends its last Adds (one actor call per segment), and leave this stage searched. Search is not a Ray Data operator of its own: measured with
+sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call,
+and leave this stage searched. Search is not a Ray Data operator of its own: measured with
 ``scripts/bench_pipeline.py``, a separate Search stage cost about 0.15 ms of CPU per question (a second
 copy of every row through the object store and an actor) and an actor start, on a path where the
 participant's latency should be the only cost.
@@ -31,7 +31,7 @@ from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questi
 from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
 from aml_ray.progress import ProgressBuffer
 from aml_ray.stages._common import participant_failure, searched_questions
-from aml_ray.stages.search import search_items, search_rows
+from aml_ray.stages.search import search_rows
 
 
 def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -114,41 +114,19 @@ class IngestStage:
         self.samples_at_once = samples_at_once
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
 
-    async def _segment(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict],
-                       questions: pa.Table, media_root: str, added: int) -> pa.Table:
-        """One segment: its Adds in order (each journalled as it returns), then ``questions``' Searches.
-
-        Both go in one client call (:meth:`ParticipantClient.add_stream` with ``searches``); the
-        Searches go alone when no Add is left to send (a resumed sample), and no Search call is made
-        for no questions. The sample's Add total (``added`` before this segment, plus its Adds) is
-        reported once its Adds returned, before its Searches do.
-
-        Returns:
-            ``questions``' Search columns (:data:`aml_ray.evidence.SEARCH_SCHEMA`), in order.
-        """
+    async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         if not adds:
-            # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
-            self.progress.total("add", sample_id, added)
-            return await search_rows(self.participant, questions, self.top_k, self.tracker, media_root=media_root)
-        items = search_items(questions, self.top_k, media_root) if questions.num_rows else None
-        stream = self.participant.add_stream.remote(adds, sample_id, uuid.uuid4().hex, items, media_root)
-        i, searched = 0, None
+            return
+        stream = self.participant.add_stream.remote(adds, sample_id, uuid.uuid4().hex)
+        i = 0
         try:
             async for ref in stream:
-                item = await ref
-                if i < len(adds):
-                    journal.append(_evidence_row(sample_id, adds[i], meta[i], item))
-                    i += 1
-                    if i == len(adds):
-                        self.progress.total("add", sample_id, added + i)
-                else:
-                    searched = item
+                outcome = await ref
+                journal.append(_evidence_row(sample_id, adds[i], meta[i], outcome))
+                i += 1
         except Exception as exc:
             await participant_failure(exc, self.tracker)
             raise
-        if searched is None:  # no questions (an empty table, no call), or the stream was taken over before them
-            return await search_rows(self.participant, questions, self.top_k, self.tracker, media_root=media_root)
-        return searched
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         # A task's samples run at once, each holding one of the actor's sample slots while it runs; the
@@ -191,23 +169,21 @@ class IngestStage:
         searched: list[tuple[list[int], pa.Table]] = []  # (question positions, their Search columns)
         media_root = str(self.run_dir.media)
         n_done = len(done)
-        final = [i for i, step in enumerate(steps) if step is None]  # asked once every Add is done
         for positions, step in segments(meta, set(by_step)):
             todo = [p for p in positions if meta[p]["chunk_index"] not in done]
-            # a Streaming step's questions after its segment; the others with the last segment (whose step
-            # is None: segments() ends a segment with a step only where questions wait)
-            asked = by_step[step] if step is not None else final
-            table = await self._segment(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo],
-                                        _take(questions, asked), media_root, n_done)
-            searched.append((asked, table))
-            if step is None:
-                final = []
+            await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
             n_done += len(todo)
+            # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
+            self.progress.total("add", sid, n_done)
+            if step is not None:
+                asked = by_step[step]
+                searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
+                                                          self.tracker, media_root=media_root)))
         if not journal.final.exists():
             journal.finish()
-        if final or not searched:  # the last segment had a step, or the sample has no chunk
-            searched.append((final, await search_rows(self.participant, _take(questions, final), self.top_k,
-                                                      self.tracker, media_root=media_root)))
+        asked = [i for i, step in enumerate(steps) if step is None]
+        searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
+                                                  self.tracker, media_root=media_root)))
         self.progress.incr("search", len(steps))
         order = [i for asked, _ in searched for i in asked]
         return searched_questions(_take(questions, order), pa.concat_tables([table for _, table in searched]),

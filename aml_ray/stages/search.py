@@ -1,8 +1,4 @@
-"""Search: one ParticipantClient call per group of questions (run by the Ingest stage, per sample).
-
-The Ingest stage usually sends a segment's Searches in its Add call (:func:`search_items`,
-:meth:`aml_ray.actors.participant.ParticipantClient.add_stream`); :func:`search_rows` is the call of its own.
-"""
+"""Search: one ParticipantClient call per group of questions (run by the Ingest stage, per sample)."""
 
 from __future__ import annotations
 
@@ -12,31 +8,6 @@ import pyarrow as pa
 
 from aml_ray.evidence import SEARCH_SCHEMA
 from aml_ray.stages._common import call_participant
-
-
-def search_items(questions: pa.Table, top_k: int, media_root: str | None = None) -> list[dict[str, Any]]:
-    """The Search items of ``questions`` for the client (``{"ref", "request"}`` each, in order).
-
-    Args: as :func:`search_rows`. A question with parts (Multimodal) gets them as contract parts, its
-    images read from ``media_root``.
-    """
-    texts, user_ids, options, refs = (questions.column(name).to_pylist()
-                                      for name in ("question", "user_id", "options", "ref"))
-    parts = questions.column("question_parts")
-    parts = parts.to_pylist() if parts.null_count < len(parts) else [None] * len(parts)
-    media = None
-    if media_root is not None and any(parts):
-        from aml_ray.media import MediaStore
-
-        media = MediaStore(media_root)
-    items = []
-    for text, user_id, opts, ref, qparts in zip(texts, user_ids, options, refs, parts):
-        query: Any = media.to_contract(qparts) if qparts and media is not None else text
-        request: dict[str, Any] = {"query": query, "user_id": user_id, "top_k": top_k}
-        if opts:
-            request["options"] = opts
-        items.append({"ref": ref, "request": request})
-    return items
 
 
 async def search_rows(participant, questions: pa.Table, top_k: int, tracker=None,
@@ -58,5 +29,20 @@ async def search_rows(participant, questions: pa.Table, top_k: int, tracker=None
     """
     if not questions.num_rows:
         return SEARCH_SCHEMA.empty_table()
-    items = search_items(questions, top_k, media_root)
+    texts, user_ids, options, refs = (questions.column(name).to_pylist()
+                                      for name in ("question", "user_id", "options", "ref"))
+    parts = questions.column("question_parts")
+    parts = parts.to_pylist() if parts.null_count < len(parts) else [None] * len(parts)
+    media = None
+    if media_root is not None and any(parts):
+        from aml_ray.media import MediaStore
+
+        media = MediaStore(media_root)
+    items = []
+    for text, user_id, opts, ref, qparts in zip(texts, user_ids, options, refs, parts):
+        query: Any = media.to_contract(qparts) if qparts and media is not None else text
+        request: dict[str, Any] = {"query": query, "user_id": user_id, "top_k": top_k}
+        if opts:
+            request["options"] = opts
+        items.append({"ref": ref, "request": request})
     return await call_participant(participant.search_table.remote(items, media_root), tracker)
