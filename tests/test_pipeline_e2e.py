@@ -252,3 +252,22 @@ def test_cli_retrieval_only_calls_no_model(tmp_path, locomo_file, monkeypatch):
     assert (retrieved["n_memories"] == retrieved["memories"].list.len()).all()
     again = CliRunner().invoke(app, ["run", "--suite", "textual", "--retrieval-only", "--out", str(tmp_path / "s")])
     assert again.exit_code == 2 and "--retrieval-only runs one dataset" in again.output
+
+
+def test_retrieval_only_status_follows_each_search():
+    """A retrieval-only run ends at Search: ``retrieved`` where the Search succeeded, else ``search_error``
+    (an error outcome and a missing one alike); a run with later stages leaves the status to them."""
+    import pyarrow as pa
+
+    from aml_ray.evidence import QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SEARCH_SCHEMA
+    from aml_ray.stages._common import searched_questions
+
+    questions = pa.table({c: pa.nulls(3, QUESTION_SCHEMA.field(c).type) for c in QUESTION_INPUT_COLUMNS})
+    search = pa.table({f.name: pa.nulls(3, f.type) for f in SEARCH_SCHEMA})
+    search = search.set_column(search.schema.get_field_index("search_status"), "search_status",
+                               pa.array(["ok", "error", None], pa.string()))
+    final = searched_questions(questions, search, final=True)
+    assert final.schema.equals(QUESTION_SCHEMA)
+    assert final.column("status").to_pylist() == ["retrieved", "search_error", "search_error"]
+    assert searched_questions(questions, search).column("status").to_pylist() == [None, None, None]
+    assert searched_questions(questions.slice(0, 0), search.slice(0, 0), final=True).num_rows == 0
