@@ -384,7 +384,7 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     count, rate = server.rate("search")
     assert count == n, (count, n)
     return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
-            "client_cpu_s": cpu}
+            "client_cpu_s": cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
@@ -421,7 +421,8 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
         ray.get(client.aclose.remote())
     count, rate = server.rate("search")
     assert count == per * samples, (count, n)
-    return {"rate": rate, "steady": server.steady_rate("search"), "driver_cpu_s": driver_cpu}
+    return {"rate": rate, "steady": server.steady_rate("search"), "driver_cpu_s": driver_cpu,
+            "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
 # --------------------------------------------------------------------------------------------- pipeline
@@ -556,7 +557,7 @@ def search_run(args) -> dict[str, Any]:
             stats = server.stats()
             pipe.update(rate=rate, steady=stats["steady"].get("search"), searches=n, adds=stats["n"].get("add", 0), kind=kind,
                         server_max_in_flight=stats["max_in_flight"], over_capacity=stats["over_capacity"],
-                        timeline=stats["timeline"].get("search", {}))
+                        timeline=stats["timeline"].get("search", {}), server_late_ms=stats["late_ms"].get("search"))
             assert pipe["scored"] == args.queries, pipe
             res[key] = pipe
     tmp.cleanup()
@@ -777,9 +778,27 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     if lat:
         print(f"  Search latency seen by the ParticipantClient (send to reply read), run 1: p50 {lat['p50']:.1f} ms, "
               f"p95 {lat['p95']:.1f} ms (the server holds each for {args.latency_ms:g} ms)")
+    _print_server_lateness(args, runs, rows)
     print(f"  participant saw at most {max(get('pipeline.server_max_in_flight'))} in flight "
           f"(declared {args.concurrency}); over capacity: {max(get('pipeline.over_capacity'))}")
     _print_steady_cpu(runs)
+
+
+def _print_server_lateness(args, runs: list[dict[str, Any]], rows: list[tuple[str, str]]) -> None:
+    """How late the loopback server resumed each Search after its set latency, per measurement (median of runs).
+
+    The client's Search latency is the server's hold, the server's own lag and the client's: this line
+    tells whether the pipeline's other processes slowed the server (a cost of sharing 2 cores with the
+    participant that a remote participant would not pay) or the client.
+    """
+    cells = []
+    for name, key in rows:
+        late = [r[key].get("server_late_ms") for r in runs if r[key].get("server_late_ms")]
+        if late:
+            cells.append(f"{name.replace('aml-ray ', '')} {_med([x['p50'] for x in late]):.2f}/"
+                         f"{_med([x['p95'] for x in late]):.2f}")
+    if cells:
+        print(f"  the server's lag in resuming a Search after its {args.latency_ms:g} ms (p50/p95 ms): " + "; ".join(cells))
 
 
 def _print_steady_cpu(runs: list[dict[str, Any]]) -> None:

@@ -56,6 +56,7 @@ class Counters:
         self.max_in_flight_by_kind: dict[str, int] = {}
         self.calls: list[list] = []  # [arrival, done, kind, tag] (model server with --tag-regex)
         self.arrivals: dict[str, list[float]] = {}  # kind -> arrival times (time.monotonic), in order
+        self.late: dict[str, list[float]] = {}  # kind -> per request, ms its hold overran the set latency
 
     def arrive(self, kind: str) -> None:
         now = time.monotonic()
@@ -80,6 +81,24 @@ class Counters:
         self.in_flight -= 1
         self.in_flight_by_kind[kind] -= 1
 
+    def held(self, kind: str, held_s: float, delay_s: float) -> None:
+        """A request of ``kind`` was held ``held_s`` against a set ``delay_s``: the overrun is this server's own lag.
+
+        The overrun is the time the server's event loop took to resume the request after its sleep (the
+        process waiting for a CPU, or the loop busy with other requests), so a benchmark can tell a
+        latency the server added from one the client added.
+        """
+        self.late.setdefault(kind, []).append(max(0.0, held_s - delay_s) * 1000)
+
+    def lateness(self) -> dict[str, dict[str, float]]:
+        """Per kind, the hold overrun in ms: mean, p50 and p95 (:meth:`held`)."""
+        out = {}
+        for kind, values in self.late.items():
+            ordered = sorted(values)
+            out[kind] = {"mean": sum(ordered) / len(ordered), "p50": ordered[len(ordered) // 2],
+                         "p95": ordered[int(0.95 * (len(ordered) - 1))]}
+        return out
+
     def steady(self, trim: float = 0.1) -> dict[str, float]:
         """Per kind, the arrival rate over the middle ``1 - 2 * trim`` of the arrivals (req/s).
 
@@ -96,7 +115,8 @@ class Counters:
     def snapshot(self) -> dict[str, Any]:
         return {"steady": self.steady(), "n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
                 "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline,
-                "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls}
+                "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls,
+                "late_ms": self.lateness()}
 
 
 def participant_app(latency_s: float, add_latency_s: float, capacity: int, memories: int):
@@ -112,7 +132,9 @@ def participant_app(latency_s: float, add_latency_s: float, capacity: int, memor
         counters.enter(kind, capacity)
         try:
             async with gate:
+                t0 = time.monotonic()
                 await asyncio.sleep(delay)
+                counters.held(kind, time.monotonic() - t0, delay)
         finally:
             counters.leave(kind)
         return raw
