@@ -1,4 +1,4 @@
-"""The pipeline's inputs, built one sample at a time and spilled to Parquet (issue 7: flat driver memory).
+"""The pipeline's inputs, built one sample at a time and spilled to disk (issue 7: flat driver memory).
 
 The driver never holds the whole corpus's Add requests or question rows: :func:`build_inputs` chunks one
 sample, builds its Add requests (ids per DESIGN.md "IDs") and question rows, writes them to the inputs
@@ -10,8 +10,9 @@ Ray Data carries only the file paths (:func:`read_sample_files` runs in the Inge
 Layout of the inputs folder (``<run_dir>/inputs/`` for ``aml-ray run``; rebuilt on every start and
 resume, derived from the dataset and the run id, never evidence)::
 
-    sample-000000.parquet ...   one file per sample, one row of :data:`SAMPLE_INPUT_SCHEMA` (the
-                                IngestStage's input row), in the adapter's sample order
+    sample-000000.arrow ...     one file per sample, one row of :data:`SAMPLE_INPUT_SCHEMA` (the
+                                IngestStage's input row), in the adapter's sample order; an Arrow IPC
+                                file (:func:`read_sample_files` says why not Parquet)
     excluded.parquet            question rows that are not scored (:data:`aml_ray.evidence.QUESTION_SCHEMA`,
                                 e.g. LoCoMo category 5), one row group per sample that has any; absent
                                 when there are none
@@ -40,7 +41,7 @@ from aml_ray.evidence import (
     QUESTION_SCHEMA,
     empty_question_row,
     to_table,
-    write_parquet_atomic,
+    write_arrow_atomic,
 )
 from aml_ray.ids import IdScheme
 
@@ -55,7 +56,9 @@ from aml_ray.ids import IdScheme
 SAMPLE_INPUT_SCHEMA = pa.schema([("sample_id", pa.string()), ("adds_json", pa.string()),
                                  ("add_meta_json", pa.string()), ("questions", pa.list_(QUESTION_INPUT_TYPE))])
 
-SAMPLE_FILE_PATTERN = "sample-*.parquet"
+SAMPLE_FILE_PATTERN = "sample-*.arrow"
+#: Sample files of an earlier aml-ray (Parquet): removed by a rebuild like the current ones.
+_OLD_SAMPLE_FILE_PATTERN = "sample-*.parquet"
 EXCLUDED_FILE = "excluded.parquet"
 
 
@@ -93,7 +96,7 @@ class PipelineInputs(InputCounts):
     """What the Ray job consumes: the inputs folder (module docstring) and counts, nothing per row.
 
     Attributes:
-        folder: the inputs folder holding ``sample-NNNNNN.parquet`` and ``excluded.parquet``.
+        folder: the inputs folder holding ``sample-NNNNNN.arrow`` and ``excluded.parquet``.
         n_samples: samples (= sample files, = Ingest tasks).
         max_sample_chunks: the most Add chunks of one sample (the sequential part of ingestion).
         n_excluded_pending: excluded question rows this start still has to write to the evidence.
@@ -107,7 +110,7 @@ class PipelineInputs(InputCounts):
 
     def sample_path(self, index: int) -> Path:
         """The input file of the ``index``-th sample (0-based, adapter order)."""
-        return self.folder / f"sample-{index:06d}.parquet"
+        return self.folder / f"sample-{index:06d}.arrow"
 
     def sample_paths(self) -> list[str]:
         """Every sample file, in sample order (``n_samples`` strings)."""
@@ -221,7 +224,7 @@ def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
     """Build every sample's inputs, one sample at a time, into ``out_dir`` (layout: module docstring).
 
     Only one sample's rows are in memory at once (pass a generator of samples to hold only one
-    :class:`Sample` too). Input files of an earlier build in ``out_dir`` (``sample-*.parquet``,
+    :class:`Sample` too). Input files of an earlier build in ``out_dir`` (``sample-*.arrow``,
     ``excluded.parquet``) are removed first: a resumed run rebuilds them without its done questions.
 
     Args:
@@ -243,15 +246,14 @@ def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*out_dir.glob(SAMPLE_FILE_PATTERN), out_dir / EXCLUDED_FILE]:
+    for stale in [*out_dir.glob(SAMPLE_FILE_PATTERN), *out_dir.glob(_OLD_SAMPLE_FILE_PATTERN), out_dir / EXCLUDED_FILE]:
         stale.unlink(missing_ok=True)
     inputs = PipelineInputs(folder=out_dir)
     with _ExcludedWriter(inputs.excluded_path) as excluded:
         for index, sample in enumerate(samples):
             one = sample_input(sample, ids, stream_checkpoints=stream_checkpoints, done_questions=done_questions,
                                media_dir=media_dir)
-            write_parquet_atomic(pa.Table.from_pylist([one.row], schema=SAMPLE_INPUT_SCHEMA),
-                                 inputs.sample_path(index))
+            write_arrow_atomic(pa.Table.from_pylist([one.row], schema=SAMPLE_INPUT_SCHEMA), inputs.sample_path(index))
             excluded.write(one.excluded)
             inputs.add(one)
             inputs.n_samples += 1
@@ -263,21 +265,23 @@ def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
 def read_sample_files(paths: Iterable[str]) -> pa.Table:
     """Sample files -> their rows, in the given order (:data:`SAMPLE_INPUT_SCHEMA`; one row per file).
 
-    Each file is read as one Parquet file on the calling thread (``ParquetFile.read(use_threads=False)``),
-    not through ``pq.read_table``'s dataset layer (filesystem resolution, dataset discovery, a scan on
-    Arrow's thread pool). The Ingest actor reads a sample's file when the sample starts, on its event loop:
-    measured on 2 cores (best of 5 passes over the files of ``scripts/bench_pipeline.py``'s Search corpus),
-    0.71 ms of CPU per file against 1.10 ms with ``read_table``, and no hand-off to pool threads that a
-    busy machine may not schedule at once.
+    Each file is an Arrow IPC file (:func:`aml_ray.evidence.write_arrow_atomic`), read whole into memory
+    and opened from there on the calling thread: no decoding, no thread pool, and no memory map that
+    would outlive the file (a finished run removes its inputs). The Ingest actor reads a sample's file
+    when the sample starts, on its event loop, where every millisecond is taken from the participant
+    client's 2 cores: measured (median thread CPU over the files of ``scripts/bench_pipeline.py``'s
+    Search corpus, 100 questions a sample, and of a LoCoMo-sized one, 19 sessions and 154 questions),
+    0.08-0.12 ms a file against 0.82-0.98 ms for the same rows in Parquet (``ParquetFile.read``), for
+    files 3-5 times larger (30 KB and 173 KB against 11 KB and 32 KB).
 
     Raises:
         FileNotFoundError: a file is missing (e.g. a run directory that not every node sees).
-        pyarrow.ArrowInvalid: a file's columns cannot be cast to the schema (a file from another version).
+        pyarrow.ArrowInvalid: a file is not an Arrow IPC file, or its columns cannot be cast to the schema
+            (a file from another version).
     """
     tables = []
     for path in paths:
-        with pq.ParquetFile(path) as fh:
-            table = fh.read(use_threads=False)
+        table = pa.ipc.open_file(pa.py_buffer(Path(path).read_bytes())).read_all()
         tables.append(table if table.schema.equals(SAMPLE_INPUT_SCHEMA)
                       else table.select(SAMPLE_INPUT_SCHEMA.names).cast(SAMPLE_INPUT_SCHEMA))
     return pa.concat_tables(tables) if tables else SAMPLE_INPUT_SCHEMA.empty_table()

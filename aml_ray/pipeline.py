@@ -22,7 +22,8 @@ from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
-from aml_ray.evidence import SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, read_questions
+from aml_ray.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, finish_add_journals,
+                              read_questions)
 from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.progress import ProgressTracker
 from aml_ray.prompts import Prompt
@@ -265,4 +266,5 @@ def run_pipeline(
         for lease in leases:
             lease.release()
         ray.kill(tracker)
+    finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence
     return read_questions(run_dir, columns=SUMMARY_COLUMNS)

@@ -1,16 +1,17 @@
-"""Pipeline inputs built one sample at a time and spilled to Parquet (aml_ray.inputs, issue 7), and the
+"""Pipeline inputs built one sample at a time and spilled to Arrow IPC files (aml_ray.inputs, issue 7), and the
 column-pruned evidence read the run's summary uses. No Ray: the LoCoMo file and Parquet only."""
 
 from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.evidence import (QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
-                              read_questions, to_table)
+                              read_questions, to_table, write_arrow_atomic)
 from aml_ray.ids import IdScheme
 from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows, read_sample_files, sample_questions
 
@@ -24,14 +25,14 @@ def samples(locomo_file):
 
 def test_one_file_per_sample_and_counts_only_in_memory(tmp_path, samples):
     inputs = build_inputs(samples[:2], IDS, out_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["excluded.parquet", "sample-000000.parquet",
-                                                          "sample-000001.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["excluded.parquet", "sample-000000.arrow",
+                                                          "sample-000001.arrow"]
     # conv-26 (28 chunks, 152 scorable + 47 adversarial) and conv-30 (27 chunks, 81 + 24): from the file
     assert (inputs.n_samples, inputs.n_chunks, inputs.max_sample_chunks, inputs.n_messages) == (2, 55, 28, 788)
     assert (inputs.n_questions, inputs.n_scorable, inputs.n_excluded) == (304, 233, 71)
     assert (inputs.n_pending, inputs.n_excluded_pending) == (233, 71)
     assert inputs.by_category == {"1": 43, "2": 63, "3": 13, "4": 114, "5": 71}
-    assert all(pq.ParquetFile(p).metadata.num_rows == 1 for p in inputs.sample_paths())
+    assert all(pa.ipc.open_file(p).read_all().num_rows == 1 for p in inputs.sample_paths())
     rows = list(iter_sample_rows(inputs))
     assert [r["sample_id"] for r in rows] == ["conv-26", "conv-30"]
     adds, meta = json.loads(rows[0]["adds_json"]), json.loads(rows[0]["add_meta_json"])
@@ -59,16 +60,20 @@ def test_sample_files_read_back_in_the_input_schema_whatever_their_column_order(
 
     inputs = build_inputs(samples[:2], IDS, out_dir=tmp_path / "in")
     first, second = (str(p) for p in inputs.sample_paths())
-    table = pq.read_table(second)
-    reordered = tmp_path / "reordered.parquet"
-    pq.write_table(table.select(list(reversed(table.column_names))), reordered)
+    table = read_sample_files([second])
+    reordered = tmp_path / "reordered.arrow"
+    write_arrow_atomic(table.select(list(reversed(table.column_names))), reordered)
     both = read_sample_files([first, str(reordered)])
     assert both.schema.equals(SAMPLE_INPUT_SCHEMA)
     assert both.column("sample_id").to_pylist() == ["conv-26", "conv-30"]
     assert both.slice(1).equals(read_sample_files([second]))
     assert read_sample_files([]).schema.equals(SAMPLE_INPUT_SCHEMA) and read_sample_files([]).num_rows == 0
     with pytest.raises(FileNotFoundError):
-        read_sample_files([str(tmp_path / "gone.parquet")])
+        read_sample_files([str(tmp_path / "gone.arrow")])
+    parquet = tmp_path / "sample.parquet"  # not an Arrow IPC file (e.g. an input of an earlier version)
+    pq.write_table(table, parquet)
+    with pytest.raises(pa.ArrowInvalid):
+        read_sample_files([str(parquet)])
 
 
 def test_each_sample_is_on_disk_before_the_next_is_built(tmp_path, samples):
@@ -76,21 +81,22 @@ def test_each_sample_is_on_disk_before_the_next_is_built(tmp_path, samples):
 
     def one_at_a_time():
         for s in samples[:3]:
-            seen.append(sorted(p.name for p in tmp_path.glob("sample-*.parquet")))
+            seen.append(sorted(p.name for p in tmp_path.glob("sample-*.arrow")))
             yield s
 
     inputs = build_inputs(one_at_a_time(), IDS, out_dir=tmp_path)
-    assert seen == [[], ["sample-000000.parquet"], ["sample-000000.parquet", "sample-000001.parquet"]]
+    assert seen == [[], ["sample-000000.arrow"], ["sample-000000.arrow", "sample-000001.arrow"]]
     assert inputs.n_samples == 3
 
 
 def test_resume_rebuild_counts_done_questions_writes_none_and_drops_stale_files(tmp_path, samples):
     build_inputs(samples[:2], IDS, out_dir=tmp_path)
+    (tmp_path / "sample-000007.parquet").write_bytes(b"PAR1")  # an earlier version's sample file: dropped too
     done = {q.question_id for q in samples[0].questions[:100]}  # 100 of conv-26's 199, the first are scorable
     again = build_inputs(samples[:1], IDS, out_dir=tmp_path, done_questions=done)
     # a one-sample rebuild: conv-30's file and the excluded file of the first build are gone
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["excluded.parquet", "sample-000000.parquet"]
+    assert names == ["excluded.parquet", "sample-000000.arrow"]
     assert (again.n_questions, again.n_scorable, again.n_excluded) == (199, 152, 47)  # totals keep the done ones
     scorable_done = sum(1 for q in samples[0].questions[:100] if q.excluded_reason is None)
     row = again.sample_row(0)
@@ -102,7 +108,7 @@ def test_resume_rebuild_counts_done_questions_writes_none_and_drops_stale_files(
     everything = {q.question_id for q in samples[0].questions}
     last = build_inputs(samples[:1], IDS, out_dir=tmp_path, done_questions=everything)
     assert (last.n_pending, last.n_excluded_pending) == (0, 0) and list(iter_excluded(last)) == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample-000000.parquet"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample-000000.arrow"]
 
 
 def test_streaming_rows_per_step(tmp_path, samples):

@@ -45,6 +45,8 @@ def test_two_conversations_evidence_counts(two_sample_run):
     assert info["status"] == "completed"
     assert info["dataset"]["samples"] == 2
     assert adds.height == info["dataset"]["chunks"] == 55
+    # the journals became one Parquet file per sample once the run's traffic was over
+    assert sorted(p.name for p in result.run_dir.adds.iterdir()) == ["conv-26.parquet", "conv-30.parquet"]
     assert adds["status"].to_list() == ["ok"] * 55
     assert adds["request_id"].n_unique() == 55
     assert questions.height == info["dataset"]["questions"] == 304

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import AddJournal, EvidenceError, RunDir, read_adds, read_questions
+from aml_ray.evidence import AddJournal, EvidenceError, RunDir, finish_add_journals, read_adds, read_questions
 from aml_ray.pipeline import StageFailed
 from aml_ray.reference.server import ReferenceServer
 from tests.servers import ThreadServer
@@ -140,6 +140,32 @@ def test_add_journal_tolerates_only_a_torn_last_line(tmp_path):
     journal.path.write_text('{"chunk_index": 0}\n{broken\n{"chunk_index": 2}\n')
     with pytest.raises(EvidenceError, match="line 2"):
         journal.rows()
+
+
+def _add_row(sample_id: str, chunk_index: int) -> dict:
+    return {"sample_id": sample_id, "chunk_index": chunk_index, "request_id": f"{sample_id}:chunk-{chunk_index}",
+            "user_id": "u", "session_id": "s", "n_messages": 2, "n_words": 10, "request_sha256": "0" * 64,
+            "status": "ok", "http_status": 200, "attempts": 1, "retried_statuses": [], "latency_ms": 20.0,
+            "elapsed_ms": 20.5, "contract": "ok", "error": None}
+
+
+def test_finish_add_journals_writes_each_sample_once_its_run_is_over(tmp_path):
+    run_dir = RunDir(tmp_path)
+    assert finish_add_journals(run_dir) == 0  # no Add yet: no folder, nothing to do
+    for sample_id, chunks in (("conv-26", [1, 0, 2]), ("conv.30", [0])):  # a dot in the id stays in it
+        journal = AddJournal(run_dir, sample_id)
+        for i in chunks:
+            journal.append(_add_row(sample_id, i))
+    assert finish_add_journals(run_dir) == 2
+    assert sorted(p.name for p in run_dir.adds.iterdir()) == ["conv-26.parquet", "conv.30.parquet"]
+    adds = read_adds(run_dir)
+    assert adds["request_id"].to_list() == ["conv-26:chunk-0", "conv-26:chunk-1", "conv-26:chunk-2", "conv.30:chunk-0"]
+    assert finish_add_journals(run_dir) == 0  # done samples are not written again
+    # a damaged journal (not only its last line) stops it, and its sample keeps the journal, no Parquet
+    AddJournal(run_dir, "conv-41").path.write_text('{"chunk_index": 0}\n{broken\n{"chunk_index": 2}\n')
+    with pytest.raises(EvidenceError, match="line 2"):
+        finish_add_journals(run_dir)
+    assert not run_dir.add_file("conv-41").exists() and run_dir.add_journal("conv-41").exists()
 
 
 def test_streaming_searches_a_question_at_two_steps(tmp_path, locomo_file):

@@ -8,7 +8,9 @@ copy of every row through the object store and an actor) and an actor start, on 
 participant's latency should be the only cost.
 
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
-only the others are sent. A sample whose Parquet evidence exists sends no Add at all.
+only the others are sent. A sample whose Parquet evidence exists sends no Add at all. The journals become
+Parquet evidence when the run's traffic is over (:func:`aml_ray.evidence.finish_add_journals`, by the
+driver), not here: a Parquet write per sample on this event loop took CPU from the participant client.
 
 Streaming mode: questions that carry a ``step`` (the number of the sample's sessions added before they
 are asked) are searched here, right after the Adds of their step returned and before the next Add is
@@ -179,8 +181,6 @@ class IngestStage:
                 asked = by_step[step]
                 searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
                                                           self.tracker, media_root=media_root)))
-        if not journal.final.exists():
-            journal.finish()
         asked = [i for i, step in enumerate(steps) if step is None]
         searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
                                                   self.tracker, media_root=media_root)))
