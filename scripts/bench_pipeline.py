@@ -387,6 +387,13 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
             "client_cpu_s": cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
+def _pid_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
     """The ``ParticipantClient`` Ray actor alone, fed from this process as the Ingest stage feeds it.
 
@@ -409,6 +416,8 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
         client = spawn_participant_client(spec)
         ray.get(client.search_table.remote(batches[0][:1]))  # the actor is up
         server.reset()
+        actor_pid = ray.get(client.__ray_call__.remote(lambda self: __import__("os").getpid()))
+        actor_c0 = _pid_cpu_s(actor_pid)
         c0 = time.process_time()
         pending, queued = [client.search_table.remote(b) for b in batches[:16]], 16
         while pending:
@@ -418,10 +427,11 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
                 pending.append(client.search_table.remote(batches[queued]))
                 queued += 1
         driver_cpu = time.process_time() - c0
+        actor_cpu = _pid_cpu_s(actor_pid) - actor_c0
         ray.get(client.aclose.remote())
     count, rate = server.rate("search")
     assert count == per * samples, (count, n)
-    return {"rate": rate, "steady": server.steady_rate("search"), "driver_cpu_s": driver_cpu,
+    return {"rate": rate, "steady": server.steady_rate("search"), "driver_cpu_s": driver_cpu, "actor_cpu_s": actor_cpu,
             "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
@@ -759,6 +769,12 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
           "answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
           f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
+    per_search = [("plain aiohttp loop", _med([r["plain_aiohttp"]["client_cpu_s"] / args.queries for r in runs])),
+                  ("client actor alone", _med([r["client_actor"].get("actor_cpu_s", 0) / args.queries for r in runs])),
+                  ("the pipeline's client actor (steady state)",
+                   _med([(r["pipeline"].get("steady_cpu") or {}).get("ray::ParticipantClient", 0) / r["pipeline"]["steady"]
+                         for r in runs if r["pipeline"].get("steady")]))]
+    print("  client CPU per Search: " + ", ".join(f"{name} {v * 1e6:.0f} us" for name, v in per_search if v))
     print(f"  per run, steady: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.steady'))}; "
           f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.steady'))}; "
           f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.steady'))}")
