@@ -189,6 +189,17 @@ def _short(cmd: str) -> str:
     return parts[0].rsplit("/", 1)[-1] if parts else "?"
 
 
+def _proc_stat(pid: int) -> tuple[int, float]:
+    """``(parent pid, CPU seconds used so far, user + system)`` of process ``pid`` (/proc/<pid>/stat).
+
+    Raises:
+        OSError: the process is gone.
+    """
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler:
     """Samples memory and CPU of this process's descendants (Ray's processes; the loopback servers excluded).
 
@@ -250,14 +261,10 @@ class RssSampler:
     def _sample(self, memory: bool = True) -> None:
         parent: dict[int, int] = {}
         cpu: dict[int, float] = {}
-        tick = os.sysconf("SC_CLK_TCK")
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
-                    with open(f"/proc/{name}/stat") as fh:
-                        fields = fh.read().rsplit(")", 1)[1].split()
-                    parent[int(name)] = int(fields[1])
-                    cpu[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+                    parent[int(name)], cpu[int(name)] = _proc_stat(int(name))
                 except (OSError, IndexError, ValueError):
                     continue
         now = time.monotonic()
@@ -387,13 +394,6 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
             "client_cpu_s": cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
-def _pid_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
     """The ``ParticipantClient`` Ray actor alone, fed from this process as the Ingest stage feeds it.
 
@@ -417,7 +417,7 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
         ray.get(client.search_table.remote(batches[0][:1]))  # the actor is up
         server.reset()
         actor_pid = ray.get(client.__ray_call__.remote(lambda self: __import__("os").getpid()))
-        actor_c0 = _pid_cpu_s(actor_pid)
+        actor_c0 = _proc_stat(actor_pid)[1]
         c0 = time.process_time()
         pending, queued = [client.search_table.remote(b) for b in batches[:16]], 16
         while pending:
@@ -427,7 +427,7 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
                 pending.append(client.search_table.remote(batches[queued]))
                 queued += 1
         driver_cpu = time.process_time() - c0
-        actor_cpu = _pid_cpu_s(actor_pid) - actor_c0
+        actor_cpu = _proc_stat(actor_pid)[1] - actor_c0
         ray.get(client.aclose.remote())
     count, rate = server.rate("search")
     assert count == per * samples, (count, n)
