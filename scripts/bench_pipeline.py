@@ -385,13 +385,14 @@ async def plain_httpx_aiohttp(url: str, n: int, concurrency: int) -> float:
 def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) -> dict[str, float]:
     server.reset()
     loop = plain_aiohttp if kind == "aiohttp" else plain_httpx_aiohttp
-    c0 = time.process_time()
+    assert server.proc is not None
+    s0, c0 = _proc_stat(server.proc.pid)[1], time.process_time()
     wall = asyncio.run(loop(f"{server.base_url}/search", n, concurrency))
-    cpu = time.process_time() - c0
+    cpu, server_cpu = time.process_time() - c0, _proc_stat(server.proc.pid)[1] - s0
     count, rate = server.rate("search")
     assert count == n, (count, n)
     return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
-            "client_cpu_s": cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
+            "client_cpu_s": cpu, "server_cpu_s": server_cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
 
 
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
@@ -550,7 +551,7 @@ def search_run(args) -> dict[str, Any]:
                                Path(tmp.name) / "warmup", run_id="warmup") if args.warm else None)
     offline_answer, offline_judge = model_endpoint_from_env("answer", {}), model_endpoint_from_env("judge", {})
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
-                       "--memories", str(args.memories)) as server:
+                       "--memories", str(args.memories), "--http", args.participant_http) as server:
         res: dict[str, Any] = {"plain_aiohttp": measure_plain(server, "aiohttp", args.queries, args.concurrency),
                                "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency),
                                "client_actor": measure_client_actor(server, args.queries, args.concurrency,
@@ -670,7 +671,7 @@ def e2e_run(args) -> dict[str, Any]:
     build_s = time.perf_counter() - t0
     lat_p, lat_m = args.latency_ms / 1000, args.model_latency_ms / 1000
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
-                       "--memories", str(args.memories)) as part, \
+                       "--memories", str(args.memories), "--http", args.participant_http) as part, \
          ServerProcess("model", "--latency-ms", str(args.model_latency_ms),
                        "--capacity", str(2 * args.model_concurrency)) as model:
         if args.offline_models:
@@ -769,6 +770,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
           "answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
           f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
+    print(f"  the loopback participant's own CPU per Search ({args.participant_http} server, during the plain aiohttp loop; "
+          f"it shares the 2 cores with the client): {_med(get('plain_aiohttp.server_cpu_s')) / args.queries * 1e6:.0f} us")
     per_search = [("plain aiohttp loop", _med([r["plain_aiohttp"]["client_cpu_s"] / args.queries for r in runs])),
                   ("client actor alone", _med([r["client_actor"].get("actor_cpu_s", 0) / args.queries for r in runs])),
                   ("the pipeline's client actor (steady state)",
@@ -948,6 +951,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--latency-ms", type=float, default=20.0, help="participant latency")
     p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
     p.add_argument("--concurrency", type=int, default=64, help="participant max in flight (declared capacity)")
+    p.add_argument("--participant-http", choices=["lean", "aiohttp"], default="lean",
+                   help="the loopback participant's HTTP server: asyncio protocols with httptools (lean: about 120-145 us "
+                        "of CPU per request on 2 cores) or aiohttp's web server (about 2.5 x that; the server up to stop 18). "
+                        "It shares the cores with the client it serves, so its CPU is taken from what is measured")
     p.add_argument("--memories", type=int, default=10, help="items per Search reply")
     p.add_argument("--samples", type=int, default=100,
                    help="--mode search: samples the questions are spread over (one small Add chunk each; "

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
+import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from scripts.loopback_servers import Counters, ServerProcess
 
@@ -35,3 +40,59 @@ def test_participant_server_reports_lateness_of_served_searches():
     late = stats["late_ms"]["search"]
     assert 0.0 <= late["p50"] <= late["p95"] < 1000.0  # an idle loopback server resumes within a second
     assert "add" not in stats["late_ms"]
+
+
+def _post(base_url: str, path: str, payload: dict | bytes) -> tuple[int, dict]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    req = urllib.request.Request(f"{base_url}/{path}", data=data, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize("http", ["lean", "aiohttp"])
+def test_participant_servers_give_the_same_replies(http):
+    add = {"request_id": "r1", "user_id": "eval:u1", "session_id": "s1", "messages": []}
+    with ServerProcess("participant", "--latency-ms", "1", "--memories", "4", "--http", http) as server:
+        assert _post(server.base_url, "add", add) == (200, {"success": True, "request_id": "r1", "user_id": "eval:u1",
+                                                            "session_id": "s1"})
+        status, reply = _post(server.base_url, "search", {"query": "q", "user_id": "eval:u1", "top_k": 3})
+        stats = server.stats()
+    assert status == 200
+    assert [m["id"] for m in reply["data"]] == ["eval:u1:chunk-0#0", "eval:u1:chunk-1#0", "eval:u1:chunk-2#0"]
+    assert [m["score"] for m in reply["data"]] == [1.0, 0.5, 1.0 / 3]
+    assert stats["n"] == {"add": 1, "search": 1}
+    assert stats["over_capacity"] == 0
+
+
+def test_lean_participant_refuses_unknown_routes_and_bad_bodies_and_keeps_serving():
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        assert _post(server.base_url, "nowhere", {})[0] == 404
+        assert _post(server.base_url, "search", b"{not json")[0] == 400
+        status, reply = _post(server.base_url, "search", {"query": "q", "user_id": "u", "top_k": 2})
+        stats = server.stats()
+    assert status == 200 and len(reply["data"]) == 2
+    assert stats["n"] == {"search": 1}  # the refused requests were never counted as served
+
+
+def test_lean_participant_queues_requests_over_its_capacity_in_arrival_order():
+    """Capacity 2, 100 ms each, 4 Searches at once: two are held at once, the other two wait for a free place."""
+    body = json.dumps({"query": "q", "user_id": "u", "top_k": 1}).encode()
+    with ServerProcess("participant", "--latency-ms", "100", "--capacity", "2") as server:
+        def one(_):
+            t0 = time.monotonic()
+            assert _post(server.base_url, "search", body)[0] == 200
+            return time.monotonic() - t0
+
+        with ThreadPoolExecutor(4) as pool:
+            waits = sorted(pool.map(one, range(4)))
+        stats = server.stats()
+    assert stats["n"]["search"] == 4
+    assert stats["max_in_flight"] == 4  # arrived and not yet answered, held or queued
+    assert stats["over_capacity"] == 2  # the 3rd and 4th arrived with 2 already held
+    assert waits[-1] >= 0.2  # the last one waited a whole hold before its own
+    late = stats["late_ms"]["search"]
+    assert 0.0 <= late["p50"] < 100.0  # the wait in the queue is not counted as the server's lag
