@@ -206,7 +206,7 @@ class LeanParticipant:
         self.delays = {"search": latency_s, "add": add_latency_s}
         self.capacity, self.memories = capacity, memories
         self.active = 0
-        self.waiting: deque[tuple[_Connection, str, dict[str, Any]]] = deque()
+        self.waiting: deque[tuple[_Connection, str, dict[str, Any]]] = deque()  # (connection, kind, its reply)
 
     def protocol(self) -> asyncio.Protocol:
         return _Connection(self)
@@ -225,23 +225,29 @@ class LeanParticipant:
             body = json.loads(raw)
         except ValueError:
             return conn.reply(400, {"error": "body is not JSON"})
+        try:  # the reply is built at arrival: a body it cannot use is refused now, never held or counted
+            reply = add_reply(body) if kind == "add" else search_reply(body, self.memories)
+        except KeyError as exc:
+            return conn.reply(400, {"error": f"field {exc.args[0]!r} is missing"})
+        except (TypeError, ValueError) as exc:
+            return conn.reply(400, {"error": f"malformed {kind} body: {exc}"})
         self.counters.arrive(kind)
         self.counters.enter(kind, self.capacity)
         if self.active < self.capacity:
-            self._hold(conn, kind, body)
+            self._hold(conn, kind, reply)
         else:
-            self.waiting.append((conn, kind, body))
+            self.waiting.append((conn, kind, reply))
 
-    def _hold(self, conn: "_Connection", kind: str, body: dict[str, Any]) -> None:
+    def _hold(self, conn: "_Connection", kind: str, reply: dict[str, Any]) -> None:
         self.active += 1
         delay = self.delays[kind]
-        asyncio.get_running_loop().call_later(delay, self._release, conn, kind, body, time.monotonic(), delay)
+        asyncio.get_running_loop().call_later(delay, self._release, conn, kind, reply, time.monotonic(), delay)
 
-    def _release(self, conn: "_Connection", kind: str, body: dict[str, Any], t0: float, delay: float) -> None:
+    def _release(self, conn: "_Connection", kind: str, reply: dict[str, Any], t0: float, delay: float) -> None:
         self.counters.held(kind, time.monotonic() - t0, delay)
         self.counters.leave(kind)
         self.active -= 1
-        conn.reply(200, add_reply(body) if kind == "add" else search_reply(body, self.memories))
+        conn.reply(200, reply)
         if self.waiting:
             self._hold(*self.waiting.popleft())
 

@@ -72,10 +72,15 @@ def test_lean_participant_refuses_unknown_routes_and_bad_bodies_and_keeps_servin
     with ServerProcess("participant", "--latency-ms", "1") as server:
         assert _post(server.base_url, "nowhere", {})[0] == 404
         assert _post(server.base_url, "search", b"{not json")[0] == 400
+        assert _post(server.base_url, "search", {"query": "q"}) == (400, {"error": "field 'user_id' is missing"})
+        assert _post(server.base_url, "add", {"request_id": "r", "user_id": "u"}) == (
+            400, {"error": "field 'session_id' is missing"})
+        assert _post(server.base_url, "search", [1, 2])[0] == 400  # JSON, but not an object
         status, reply = _post(server.base_url, "search", {"query": "q", "user_id": "u", "top_k": 2})
         stats = server.stats()
     assert status == 200 and len(reply["data"]) == 2
     assert stats["n"] == {"search": 1}  # the refused requests were never counted as served
+    assert stats["max_in_flight"] == 1
 
 
 def test_lean_participant_queues_requests_over_its_capacity_in_arrival_order():
