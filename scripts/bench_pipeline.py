@@ -382,13 +382,37 @@ async def plain_httpx_aiohttp(url: str, n: int, concurrency: int) -> float:
         return time.perf_counter() - t0
 
 
+_PLAIN_CHILD = """
+import asyncio, json, sys, time
+import bench_pipeline as b
+kind, url, n, c = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+import aiohttp  # imported before the clock starts
+if kind != "aiohttp":
+    import httpx, httpx_aiohttp
+loop = b.plain_aiohttp if kind == "aiohttp" else b.plain_httpx_aiohttp
+c0 = time.process_time()
+wall = asyncio.run(loop(url, n, c))
+print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0}))
+"""
+
+
 def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) -> dict[str, float]:
+    """A plain loop (:func:`plain_aiohttp` or :func:`plain_httpx_aiohttp`) in a process of its own.
+
+    Its own process, not this one: a plain client is a small program, and this driver's heap (Ray,
+    pyarrow, polars and the bench's inputs loaded) slowed the same loop by 6-12 % (measured 2026-12-01:
+    2,629-2,823 req/s in the driver, 2,975-3,010 in a fresh process, interleaved, 3 pairs), which
+    would flatter the pipeline's ratio to it. Returns the server's rates, the loop's wall and CPU seconds
+    (measured inside the child, so the interpreter's start is not counted) and the server's CPU seconds.
+    """
     server.reset()
-    loop = plain_aiohttp if kind == "aiohttp" else plain_httpx_aiohttp
     assert server.proc is not None
-    s0, c0 = _proc_stat(server.proc.pid)[1], time.process_time()
-    wall = asyncio.run(loop(f"{server.base_url}/search", n, concurrency))
-    cpu, server_cpu = time.process_time() - c0, _proc_stat(server.proc.pid)[1] - s0
+    s0 = _proc_stat(server.proc.pid)[1]
+    out = subprocess.run([sys.executable, "-c", _PLAIN_CHILD, kind, f"{server.base_url}/search", str(n),
+                          str(concurrency)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent)
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    wall, cpu, server_cpu = child["wall_s"], child["cpu_s"], _proc_stat(server.proc.pid)[1] - s0
     count, rate = server.rate("search")
     assert count == n, (count, n)
     return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
@@ -765,7 +789,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
             cells.append(f"{_rate(value):>13}  {value / ideal if value else 0:>7.2f}  "
                          f"{vs_plain if vs_plain is not None else 0:>7.2f}")
         print(f"  {name:<42}{cells[0]}   {cells[1]}")
-    print("  (x plain: same-run ratio to the plain aiohttp loop; the client actor alone is fed by this process "
+    print("  (x plain: same-run ratio to the plain aiohttp loop, which runs as a small process of its own; "
+          "the client actor alone is fed by this process "
           "as Ingest feeds it, without Ray Data, Ingest or Adds; the full pipeline's 2 cores also run the offline "
           "answerer and judge, which a plain loop does not)")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
