@@ -101,3 +101,19 @@ def test_lean_participant_queues_requests_over_its_capacity_in_arrival_order():
     assert waits[-1] >= 0.2  # the last one waited a whole hold before its own
     late = stats["late_ms"]["search"]
     assert 0.0 <= late["p50"] < 100.0  # the wait in the queue is not counted as the server's lag
+
+
+@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+def test_bench_plain_loop_reports_its_figures(kind):
+    # the bench's baseline (scripts/bench_pipeline.py): the plain loop, run as a child process
+    from scripts.bench_pipeline import measure_plain
+
+    with ServerProcess("participant", "--latency-ms", "5", "--capacity", "8") as server:
+        res = measure_plain(server, kind, 200, 8)
+        stats = server.stats()
+    assert stats["n"]["search"] == 200 and stats["max_in_flight"] == 8 and stats["over_capacity"] == 0
+    # 200 Searches held 5 ms each, 8 at a time: at least 25 rounds of 5 ms
+    assert res["wall_s"] >= 0.125 and res["client_rate"] == pytest.approx(200 / res["wall_s"])
+    assert 0 < res["rate"] <= 8 / 0.005 * 1.05
+    assert 0 < res["client_cpu_s"] < res["wall_s"] * 4  # the child's own CPU, its start-up not counted
+    assert res["server_cpu_s"] > 0
