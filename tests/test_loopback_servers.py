@@ -112,8 +112,9 @@ def test_bench_plain_loop_reports_its_figures(kind):
         res = measure_plain(server, kind, 200, 8)
         stats = server.stats()
     assert stats["n"]["search"] == 200 and stats["max_in_flight"] == 8 and stats["over_capacity"] == 0
-    # 200 Searches held 5 ms each, 8 at a time: at least 25 rounds of 5 ms
-    assert res["wall_s"] >= 0.125 and res["client_rate"] == pytest.approx(200 / res["wall_s"])
-    assert 0 < res["rate"] <= 8 / 0.005 * 1.05
+    # 200 Searches held 5 ms each, 8 at a time: 25 rounds (a hold may end up to 1 ms early: the lean
+    # server's timers run on uvloop's millisecond clock)
+    assert res["wall_s"] >= 25 * 0.004 and res["client_rate"] == pytest.approx(200 / res["wall_s"])
+    assert 0 < res["rate"] <= 8 / 0.004
     assert 0 < res["client_cpu_s"] < res["wall_s"] * 4  # the child's own CPU, its start-up not counted
     assert res["server_cpu_s"] > 0
