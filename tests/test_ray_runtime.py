@@ -1,12 +1,14 @@
 """Arrow tables cross Ray's object store as one IPC stream (aml_ray.ray_runtime.use_arrow_ipc_serialization);
-hot-path actors tune the garbage collector (tune_actor_gc)."""
+hot-path actors tune the garbage collector and turn transparent huge pages off (tune_actor_process)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pyarrow as pa
 
 from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table
-from aml_ray.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_gc, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_process, use_arrow_ipc_serialization
 
 
 def _questions(n: int) -> pa.Table:
@@ -44,14 +46,19 @@ def test_tables_round_trip_through_the_object_store(ray_session):
     assert ray.get(ray.put(QUESTION_SCHEMA.empty_table())).num_rows == 0
 
 
-def test_gc_is_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
+def _thp_enabled() -> str:
+    return Path("/proc/self/status").read_text().split("THP_enabled:")[1].split()[0]
+
+
+def test_gc_and_huge_pages_are_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
     import gc
 
     import ray
 
-    before = gc.get_threshold(), gc.get_freeze_count()
-    assert tune_actor_gc() is False  # the driver (here: the test process) keeps its own settings
-    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    before = gc.get_threshold(), gc.get_freeze_count(), _thp_enabled()
+    assert tune_actor_process() is False  # the driver (here: the test process) keeps its own settings
+    assert (gc.get_threshold(), gc.get_freeze_count(), _thp_enabled()) == before
+    assert before[2] == "1"  # huge pages allowed, as every process starts
 
     @ray.remote(num_cpus=0)
     class Probe:
@@ -59,19 +66,38 @@ def test_gc_is_tuned_in_an_actor_and_left_alone_in_the_driver(ray_session):
             import sys
 
             self.pandas_before = "pandas" in sys.modules
-            self.tuned = tune_actor_gc()
+            self.thp_before = _thp_enabled()
+            self.tuned = tune_actor_process()
             self.pandas_after = "pandas" in sys.modules
 
         def state(self):
-            return self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before, self.pandas_after
+            return (self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before, self.pandas_after,
+                    self.thp_before, _thp_enabled())
 
     probe = Probe.remote()
-    tuned, thresholds, frozen, pandas_before, pandas_after = ray.get(probe.state.remote())
+    tuned, thresholds, frozen, pandas_before, pandas_after, thp_before, thp_after = ray.get(probe.state.remote())
     ray.kill(probe)
     assert tuned is True and thresholds == ACTOR_GC_THRESHOLDS
+    assert (thp_before, thp_after) == ("1", "0")  # huge pages: on as Ray started it, off once tuned
     assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
     # pyarrow's pandas shim is loaded at start, not by the actor's first Arrow table
     assert (pandas_before, pandas_after) == (False, True)
+
+
+def test_disabling_huge_pages_keeps_arrow_writes_working():
+    # in a child process: the flag is per process and inherited, and this test process must keep its own
+    import subprocess
+    import sys
+
+    code = ("from aml_ray.ray_runtime import disable_transparent_huge_pages, _table_to_ipc\n"
+            "import pyarrow as pa\n"
+            "print(disable_transparent_huge_pages())\n"
+            "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])\n"
+            "t = pa.table({'x': list(range(100_000))})\n"
+            "print(pa.ipc.open_stream(_table_to_ipc(t)).read_all().equals(t))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["True", "0", "True"]
+    assert _thp_enabled() == "1"
 
 
 def test_ray_data_map_tasks_run_without_the_memory_poll_thread(ray_session):

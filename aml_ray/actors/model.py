@@ -35,7 +35,7 @@ from aml_ray.actors.fair import FairSlots
 from aml_ray.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.pricing import estimate_cost_usd
-from aml_ray.ray_runtime import tune_actor_gc, undo_worker_niceness
+from aml_ray.ray_runtime import tune_actor_process, undo_worker_niceness
 from aml_ray.media import text_of
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
@@ -90,7 +90,7 @@ class ModelClient:
     def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy(), *, undo_niceness: bool = False):
         if undo_niceness:  # the Ray actor (spawn_model_client): it times the model's calls
             undo_worker_niceness()
-            tune_actor_gc()
+            tune_actor_process()
         if endpoint.offline:
             raise ValueError(f"{endpoint.role} endpoint is offline: set {endpoint.role.upper()}_API_BASE")
         importlib.import_module("openai")  # loaded while the actor starts, not on its first call

@@ -44,7 +44,7 @@ from aml_ray.contract import (
 )
 from aml_ray.evidence import search_columns
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
-from aml_ray.ray_runtime import tune_actor_gc, undo_worker_niceness, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
@@ -167,7 +167,7 @@ class ParticipantClient:
     def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False):
         if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
             undo_worker_niceness()
-            tune_actor_gc()
+            tune_actor_process()
             use_arrow_ipc_serialization()  # search_table's columns cross the object store as one IPC stream
         self.spec = spec
         self._client: aiohttp.ClientSession | None = None

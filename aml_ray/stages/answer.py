@@ -22,7 +22,7 @@ from aml_ray.context import fit_context, speaker_blocks
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX, MediaStore, image_token_counter, render_parts
 from aml_ray.offline import extractive_answer
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.stages._common import report, table_with
 
 #: Default context budget of the answer prompt's memories, in tokens.
@@ -131,7 +131,7 @@ class AnswerStage:
     def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, budget_tokens: int = DEFAULT_CONTEXT_BUDGET,
                  tracker=None, media_root: str | None = None, image_tokens: int | str = "openai_tiles"):
         use_arrow_ipc_serialization()
-        tune_actor_gc()
+        tune_actor_process()
         self.endpoint, self.tracker, self.budget = endpoint, tracker, budget_tokens
         self.media_root, self.image_tokens = media_root, image_tokens
         self.model = ActorModel(client) if client is not None else None

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from aml_ray.evidence import AddJournal, RunDir
 from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
-from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.progress import ProgressBuffer
 from aml_ray.stages._common import participant_failure, searched_questions
 from aml_ray.stages.search import search_rows
@@ -106,7 +106,7 @@ class IngestStage:
     def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False,
                  samples_at_once: int | None = None):
         use_arrow_ipc_serialization()
-        tune_actor_gc()
+        tune_actor_process()
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k

@@ -18,7 +18,7 @@ import pyarrow as pa
 from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.ray_runtime import tune_actor_gc, use_arrow_ipc_serialization
+from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.scoring import bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
 from aml_ray.stages._common import report, table_with
 from aml_ray.stages.asking import ask_until_parsed
@@ -108,7 +108,7 @@ class JudgeStage:
         from aml_ray.stages.scorers import get_scorer
 
         use_arrow_ipc_serialization()
-        tune_actor_gc()
+        tune_actor_process()
         self.scorer = get_scorer(scorer)
         if f1_rule not in F1_RULES:
             raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
