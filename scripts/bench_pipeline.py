@@ -326,10 +326,33 @@ class RssSampler:
 
 def machine_cpu() -> tuple[float, float]:
     """(busy, total) jiffies of the whole machine so far (/proc/stat)."""
-    with open("/proc/stat") as fh:
-        v = [int(x) for x in fh.readline().split()[1:]]
+    v = _cpu_jiffies()
     idle = v[3] + v[4]
     return sum(v) - idle, sum(v)
+
+
+def _cpu_jiffies() -> list[int]:
+    with open("/proc/stat") as fh:
+        return [int(x) for x in fh.readline().split()[1:]]
+
+
+class StealMeter:
+    """The share of this machine's CPU time that its hypervisor gave to others over a span (``steal`` in /proc/stat).
+
+    On a shared virtual machine the host can take CPU from this one while a measurement runs; the
+    figures of that run are then low through no fault of the code measured. ``share`` is steal
+    jiffies over all jiffies of the span (0.05: a twentieth of the CPUs' time was taken).
+    """
+
+    def __enter__(self) -> "StealMeter":
+        self.start = _cpu_jiffies()
+        self.share = 0.0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = _cpu_jiffies()
+        total = sum(end) - sum(self.start)
+        self.share = (end[7] - self.start[7]) / total if total > 0 and len(end) > 7 else 0.0
 
 
 def driver_peak_rss() -> int:
@@ -408,9 +431,10 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     server.reset()
     assert server.proc is not None
     s0 = _proc_stat(server.proc.pid)[1]
-    out = subprocess.run([sys.executable, "-c", _PLAIN_CHILD, kind, f"{server.base_url}/search", str(n),
-                          str(concurrency)], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent)
+    with StealMeter() as steal:
+        out = subprocess.run([sys.executable, "-c", _PLAIN_CHILD, kind, f"{server.base_url}/search", str(n),
+                              str(concurrency)], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent)
     if out.returncode != 0:
         raise RuntimeError(f"the plain {kind} loop failed (exit {out.returncode}): {out.stderr[-2000:]}")
     child = json.loads(out.stdout.strip().splitlines()[-1])
@@ -418,7 +442,8 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     count, rate = server.rate("search")
     assert count == n, (count, n)
     return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
-            "client_cpu_s": cpu, "server_cpu_s": server_cpu, "server_late_ms": server.stats()["late_ms"].get("search")}
+            "client_cpu_s": cpu, "server_cpu_s": server_cpu, "server_late_ms": server.stats()["late_ms"].get("search"),
+            "steal": steal.share}
 
 
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
@@ -528,9 +553,11 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
             t1 = time.perf_counter()
             c0, m0 = time.process_time(), machine_cpu()
             out["mono_start"] = time.monotonic()
-            questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
-                                     judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
-                                     top_k=top_k, options=options, retrieval_only=retrieval_only)
+            with StealMeter() as steal:
+                questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
+                                         judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
+                                         top_k=top_k, options=options, retrieval_only=retrieval_only)
+            out["steal"] = steal.share
             t2 = time.perf_counter()
             out["mono_end"] = time.monotonic()
             out["driver_rss_after"] = _proc_status(os.getpid()).get("VmRSS", 0)
@@ -925,6 +952,9 @@ def _print_load(runs: list[dict[str, Any]]) -> None:
     loads = ", ".join(f"{r['pipeline']['loadavg_start']:.1f}->{r['pipeline']['loadavg_end']:.1f}" for r in runs)
     print(f"  machine load average (1 min) at Ray start -> end, per run: {loads} "
           f"({os.cpu_count()} CPUs; other users' processes count too)")
+    if all("steal" in r["pipeline"] and "steal" in r.get("plain_aiohttp", {}) for r in runs):
+        steal = ", ".join(f"{r['plain_aiohttp']['steal']:.1%} / {r['pipeline']['steal']:.1%}" for r in runs)
+        print(f"  CPU time the host took from this virtual machine (steal), plain aiohttp loop / pipeline, per run: {steal}")
 
 
 def _nodes_note(args, runs: list[dict[str, Any]]) -> str:

@@ -118,3 +118,4 @@ def test_bench_plain_loop_reports_its_figures(kind):
     assert 0 < res["rate"] <= 8 / 0.004
     assert 0 < res["client_cpu_s"] < res["wall_s"] * 4  # the child's own CPU, its start-up not counted
     assert res["server_cpu_s"] > 0
+    assert 0 <= res["steal"] < 1  # the host's share of the machine's CPU time during the loop (/proc/stat)
