@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from aml_ray.actors.fair import FairQueue, FairSlots
 from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
@@ -202,6 +202,49 @@ def test_two_jobs_streaming_the_same_sample_through_one_client_both_finish():
     with ServerProcess("participant", "--latency-ms", "1") as server:
         assert asyncio.run(main(server.base_url)) == [4, 4]
         assert server.stats()["n"]["add"] == 8
+
+
+def test_a_plain_add_call_takes_a_sample_over_from_an_older_stream():
+    """add_sample (Ingest's call for a one-Add segment) claims the sample as add_stream does."""
+
+    def adds(n: int, start: int = 0) -> list[dict]:
+        uid = "eval:r1:synthetic:s1"
+        return [{"request_id": f"{uid}:chunk-{i}", "user_id": uid, "session_id": f"{uid}:session_1",
+                 "messages": [{"role": "user", "content": f"turn {i}"}]} for i in range(start, start + n)]
+
+    async def main(url: str) -> tuple[list, list, list]:
+        client = ParticipantClient(ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search"))
+        try:
+            old = client.add_stream(adds(4), "s1", "old")  # a stage whose worker died mid-sample
+            first = [await anext(old)]
+            # the re-executed stage sends the sample's next Add in a plain call: the old stream stops
+            taken = await client.add_sample(adds(1, start=1), "s1", "new")
+            rest = [o async for o in old]
+            return first, taken, rest
+        finally:
+            await client.aclose()
+
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        first, taken, rest = asyncio.run(main(server.base_url))
+        assert [o["request_id"] for o in first + taken] == ["eval:r1:synthetic:s1:chunk-0",
+                                                           "eval:r1:synthetic:s1:chunk-1"]
+        assert all(o["status"] == "ok" for o in first + taken) and rest == []
+        assert server.stats()["n"]["add"] == 2  # chunks 2 and 3 were never sent by the old stream
+
+
+def test_a_plain_add_call_validates_every_request_before_sending_any():
+    async def main(url: str) -> None:
+        client = ParticipantClient(ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search"))
+        good = {"request_id": "r:1", "user_id": "u", "session_id": "u:1", "messages": [{"role": "user", "content": "hi"}]}
+        try:
+            with pytest.raises(ValidationError, match="messages"):
+                await client.add_sample([good, {**good, "request_id": "r:2", "messages": []}], "s1", "t")
+        finally:
+            await client.aclose()
+
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        asyncio.run(main(server.base_url))
+        assert server.stats()["n"].get("add", 0) == 0  # nothing sent
 
 
 # ---------------------------------------------------------------------------------- shared client actors

@@ -67,25 +67,30 @@ def stored(ref: ReferenceServer) -> list[tuple[str, int]]:
         return sorted(db.execute("SELECT content, timestamp_ms FROM memories").fetchall())
 
 
-def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path, locomo_file):
+# stopped at chunk 10, the resumed run streams the 18 Adds left (add_stream); stopped at the last chunk,
+# it sends the one Add left in a plain call (add_sample)
+@pytest.mark.parametrize("stop", [10, 27])
+def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path, locomo_file, stop):
     with ReferenceServer(tmp_path / "ref-a") as ref_a, ReferenceServer(tmp_path / "ref-b") as ref_b:
         proxy = Proxy(ref_a.base_url)
         with ThreadServer(proxy.app) as server:
-            proxy.fail_chunk = 10
+            proxy.fail_chunk = stop
             with pytest.raises(StageFailed, match="HTTP 400"):
                 evaluate(config(tmp_path / "run", server.base_url, locomo_file))
             run_dir = RunDir(tmp_path / "run")
             assert json.loads(run_dir.run_json.read_text())["status"] == "failed"
-            assert [r["chunk_index"] for r in AddJournal(run_dir, "conv-26").rows()] == list(range(10))
+            assert [r["chunk_index"] for r in AddJournal(run_dir, "conv-26").rows()] == list(range(stop))
             proxy.fail_chunk = None
             resumed = evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
         clean_proxy = Proxy(ref_b.base_url)
         with ThreadServer(clean_proxy.app) as server_b:
             clean = evaluate(config(tmp_path / "clean", server_b.base_url, locomo_file))
         stored_a, stored_b = stored(ref_a), stored(ref_b)
-    # finished Adds were not sent again: chunks 0-9 once, chunk 10 twice (refused, then sent again)
+    # finished Adds were not sent again: the chunks before the stop once, the refused one twice (refused,
+    # then sent again), the rest once
     counts = Counter(i.rsplit(":", 1)[1] for i in proxy.add_ids)
-    assert counts["chunk-10"] == 2 and all(counts[f"chunk-{i}"] == 1 for i in list(range(10)) + list(range(11, 28)))
+    assert counts[f"chunk-{stop}"] == 2 and all(counts[f"chunk-{i}"] == 1 for i in range(28) if i != stop)
+    assert len(proxy.add_ids) == 29
     assert resumed.run_info["run_id"] == json.loads(run_dir.run_json.read_text())["run_id"]
     assert resumed.run_info["resumed_at"] and resumed.run_info["status"] == "completed"
     assert not run_dir.add_journal("conv-26").exists() and read_adds(run_dir).height == 28

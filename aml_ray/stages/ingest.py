@@ -117,12 +117,23 @@ class IngestStage:
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
+        """Send ``adds`` in order through the client, journalling each outcome as it arrives.
+
+        Several Adds go in one streaming call (:meth:`~aml_ray.actors.participant.ParticipantClient.add_stream`),
+        so each is journalled as soon as it returned; a single Add goes in a plain call
+        (:meth:`~aml_ray.actors.participant.ParticipantClient.add_sample`), which journals it just as
+        soon and costs the client actor about 3 ms less CPU (measured there).
+        """
         if not adds:
             return
-        stream = self.participant.add_stream.remote(adds, sample_id, uuid.uuid4().hex)
-        i = 0
+        token = uuid.uuid4().hex
         try:
-            async for ref in stream:
+            if len(adds) == 1:
+                for outcome in await self.participant.add_sample.remote(adds, sample_id, token):
+                    journal.append(_evidence_row(sample_id, adds[0], meta[0], outcome))
+                return
+            i = 0
+            async for ref in self.participant.add_stream.remote(adds, sample_id, token):
                 outcome = await ref
                 journal.append(_evidence_row(sample_id, adds[i], meta[i], outcome))
                 i += 1
