@@ -324,35 +324,31 @@ class RssSampler:
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) jiffies of the whole machine so far (/proc/stat)."""
-    v = _cpu_jiffies()
-    idle = v[3] + v[4]
-    return sum(v) - idle, sum(v)
+class MachineCpu:
+    """How the whole machine's CPU time went over a span (/proc/stat): ``busy`` and ``steal`` shares.
 
-
-def _cpu_jiffies() -> list[int]:
-    with open("/proc/stat") as fh:
-        return [int(x) for x in fh.readline().split()[1:]]
-
-
-class StealMeter:
-    """The share of this machine's CPU time that its hypervisor gave to others over a span (``steal`` in /proc/stat).
-
-    On a shared virtual machine the host can take CPU from this one while a measurement runs; the
-    figures of that run are then low through no fault of the code measured. ``share`` is steal
-    jiffies over all jiffies of the span (0.05: a twentieth of the CPUs' time was taken).
+    ``busy``: the share of all jiffies not idle (other users' processes count too). ``steal``: the
+    share the hypervisor gave to other machines. On a shared virtual machine the host can take CPU
+    from this one while a measurement runs; the figures of that run are then low through no fault of
+    the code measured (0.05: a twentieth of the CPUs' time was taken).
     """
 
-    def __enter__(self) -> "StealMeter":
-        self.start = _cpu_jiffies()
-        self.share = 0.0
+    @staticmethod
+    def _jiffies() -> list[int]:
+        with open("/proc/stat") as fh:
+            return [int(x) for x in fh.readline().split()[1:]]
+
+    def __enter__(self) -> "MachineCpu":
+        self.start = self._jiffies()
+        self.busy = self.steal = 0.0
         return self
 
     def __exit__(self, *exc) -> None:
-        end = _cpu_jiffies()
-        total = sum(end) - sum(self.start)
-        self.share = (end[7] - self.start[7]) / total if total > 0 and len(end) > 7 else 0.0
+        d = [b - a for a, b in zip(self.start, self._jiffies())]
+        total = sum(d)
+        if total > 0:
+            self.busy = (total - d[3] - d[4]) / total  # idle and iowait are not busy
+            self.steal = d[7] / total if len(d) > 7 else 0.0
 
 
 def driver_peak_rss() -> int:
@@ -431,7 +427,7 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     server.reset()
     assert server.proc is not None
     s0 = _proc_stat(server.proc.pid)[1]
-    with StealMeter() as steal:
+    with MachineCpu() as machine:
         out = subprocess.run([sys.executable, "-c", _PLAIN_CHILD, kind, f"{server.base_url}/search", str(n),
                               str(concurrency)], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent)
@@ -443,7 +439,7 @@ def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) ->
     assert count == n, (count, n)
     return {"rate": rate, "steady": server.steady_rate("search"), "client_rate": n / wall, "wall_s": wall,
             "client_cpu_s": cpu, "server_cpu_s": server_cpu, "server_late_ms": server.stats()["late_ms"].get("search"),
-            "steal": steal.share}
+            "steal": machine.steal}
 
 
 def measure_client_actor(server: ServerProcess, n: int, concurrency: int, samples: int, top_k: int) -> dict[str, float]:
@@ -551,20 +547,18 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
                 if before_measure is not None:
                     before_measure()
             t1 = time.perf_counter()
-            c0, m0 = time.process_time(), machine_cpu()
+            c0 = time.process_time()
             out["mono_start"] = time.monotonic()
-            with StealMeter() as steal:
+            with MachineCpu() as machine:
                 questions = run_pipeline(inputs, run_dir=RunDir(Path(tmp) / "run"), participant=spec, answer=answer,
                                          judge=judge, answer_prompt="locomo_answer", judge_prompt="locomo_judge",
                                          top_k=top_k, options=options, retrieval_only=retrieval_only)
-            out["steal"] = steal.share
+            out["steal"], out["machine_busy"] = machine.steal, machine.busy
             t2 = time.perf_counter()
             out["mono_end"] = time.monotonic()
             out["driver_rss_after"] = _proc_status(os.getpid()).get("VmRSS", 0)
             out["loadavg_end"] = os.getloadavg()[0]
             out["driver_cpu_s"] = time.process_time() - c0
-            m1 = machine_cpu()
-            out["machine_busy"] = (m1[0] - m0[0]) / max(1, m1[1] - m0[1])
             rss._sample()  # last look at the workers' CPU and memory before they exit
             if cpu_window is not None:
                 out["steady_cpu"] = rss.cpu_between(*cpu_window())

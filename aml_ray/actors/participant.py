@@ -464,7 +464,8 @@ class ParticipantClient:
             One outcome per Add sent (as :meth:`add`); fewer than ``requests`` only when taken over.
         """
         checked = [self._add_request(r) for r in requests]
-        return [outcome async for outcome in self._owned_adds(checked, requests, sample, token)]
+        user_id = checked[0].user_id if checked else None
+        return [outcome async for outcome in self._owned_adds(checked, user_id, sample, token)]
 
     def _add_request(self, body: dict[str, Any]) -> AddRequest:
         """An AddRequest dict validated for this run's track (content parts only with media limits)."""
@@ -486,15 +487,16 @@ class ParticipantClient:
                 apart by its user_id too (which holds the run id): jobs sharing this client (one per
                 version, :mod:`aml_ray.actors.shared`) may run the same dataset's sample at once.
         """
-        async for outcome in self._owned_adds((self._add_request(r) for r in requests), requests, sample, token):
+        user_id = requests[0].get("user_id") if requests else None
+        async for outcome in self._owned_adds((self._add_request(r) for r in requests), user_id, sample, token):
             yield outcome
 
-    async def _owned_adds(self, checked, requests: list[dict[str, Any]], sample: str | None, token: str | None):
+    async def _owned_adds(self, checked, user_id: str | None, sample: str | None, token: str | None):
         """Send ``checked`` (AddRequests, in order) while this call owns the sample; yield each outcome.
 
-        ``requests`` are the same Adds as dicts (the owner key's user_id is read from the first).
+        The owner key is ``(sample, user_id)`` (the first Add's user_id, :meth:`add_stream`).
         """
-        owner = (sample, requests[0].get("user_id") if requests else None)
+        owner = (sample, user_id)
         guarded = sample is not None and token is not None
         if guarded:
             self._stream_owner[owner] = token
