@@ -28,8 +28,9 @@ import json
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator, model_validator
-from typing_extensions import NotRequired, TypedDict
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationInfo, field_validator,
+                      model_validator)
+from typing_extensions import TypedDict
 
 from aml_ray.media import MediaLimits, check_parts, check_request_total, limits_from_context
 
@@ -289,13 +290,28 @@ def validate_search_response(
 _StrictNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
+#: Matches a string that is not blank: one character that ``str.isspace()`` is false for (the full checks'
+#: rule is ``s.strip() != ""``). The class lists every code point that Python 3.11's ``str.isspace()`` is
+#: true for (the Unicode White_Space set and U+001C..U+001F); ``tests/test_contract.py`` checks it
+#: against ``str.isspace()`` over every code point. Rust regex syntax (pydantic-core's engine).
+NOT_BLANK = (r"[^\t\n\x0B\x0C\r\x1C-\x1F \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}"
+             r"\x{205F}\x{3000}]")
+_FastText = Annotated[str, Field(strict=True, pattern=NOT_BLANK)]
+
+
 class _FastItem(TypedDict):
+    """One memory as :func:`search_memories` returns it, built by pydantic-core with no Python loop.
+
+    ``score`` and ``created_at`` default to None; a numeric ``created_at`` becomes its ``str()``, as the
+    full checks make it.
+    """
+
     __pydantic_config__ = ConfigDict(extra="ignore")  # type: ignore[misc]
-    id: Annotated[str, Field(strict=True)]
-    content: Annotated[str, Field(strict=True)]
-    score: NotRequired[_StrictNumber | None]
-    created_at: NotRequired[Annotated[str, Field(strict=True)] | Annotated[int, Field(strict=True)] | _StrictNumber
-                            | None]
+    id: _FastText
+    content: _FastText
+    score: Annotated[_StrictNumber | None, Field(default=None)]
+    created_at: Annotated[Annotated[str, Field(strict=True)] | Annotated[int, Field(strict=True), AfterValidator(str)]
+                          | Annotated[_StrictNumber, AfterValidator(str)] | None, Field(default=None)]
 
 
 class _FastBody(TypedDict):
@@ -338,15 +354,7 @@ def search_memories(raw: bytes, status: int, request: SearchRequest, *, request_
         except ValueError:  # ValidationError is a ValueError: not a plain text body, take the full checks
             data = None
         if data is not None and len(data) <= request.top_k:
-            out = []
-            for item in data:
-                if not item["id"].strip() or not item["content"].strip():
-                    break  # blank id/content: the full checks name the field
-                created = item.get("created_at")
-                out.append({"id": item["id"], "content": item["content"], "score": item.get("score"),
-                            "created_at": None if created is None else str(created)})
-            else:
-                return out
+            return data
     try:
         body = json.loads(raw)
     except ValueError:

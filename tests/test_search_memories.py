@@ -82,3 +82,36 @@ def test_error_names_field_and_status() -> None:
     with pytest.raises(ContractError) as info:
         search_memories(BODIES[15], 200, REQUEST)
     assert info.value.field == "data" and "top_k=3" in info.value.reason
+
+
+def test_not_blank_pattern_is_pythons_isspace_over_every_code_point() -> None:
+    """The fast path's blank rule (:data:`aml_ray.contract.NOT_BLANK`, run by pydantic-core's regex engine)
+    is the full checks' ``s.strip() != ""`` for every single character, surrogates left out (not valid JSON text)."""
+    from pydantic import Field, TypeAdapter
+    from typing import Annotated
+
+    one = TypeAdapter(Annotated[str, Field(strict=True, pattern=contract.NOT_BLANK)])
+    disagree = []
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        ch = chr(cp)
+        try:
+            one.validate_python(ch)
+            fast_not_blank = True
+        except ValueError:
+            fast_not_blank = False
+        if fast_not_blank != bool(ch.strip()):
+            disagree.append(hex(cp))
+    assert disagree == []
+    assert sum(chr(cp).isspace() for cp in range(0x110000)) == 29  # the class lists 29 code points
+
+
+def test_plain_body_defaults_and_numeric_created_at_without_the_full_checks(monkeypatch) -> None:
+    monkeypatch.setattr(contract, "validate_search_response", lambda *_a, **_k: pytest.fail("full checks ran"))
+    raw = (b'{"data": [{"id": "m1", "content": "a"}, {"id": "m2", "content": " b ", "score": 2, "created_at": 17},'
+           b' {"id": "m3", "content": "c", "created_at": 1.5, "extra": {"k": 1}}]}')
+    assert search_memories(raw, 200, REQUEST) == [
+        {"id": "m1", "content": "a", "score": None, "created_at": None},
+        {"id": "m2", "content": " b ", "score": 2.0, "created_at": "17"},
+        {"id": "m3", "content": "c", "score": None, "created_at": "1.5"}]
