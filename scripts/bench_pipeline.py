@@ -406,17 +406,23 @@ import asyncio, json, sys, time
 import bench_pipeline as b
 kind, url, n, c = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 import aiohttp  # imported before the clock starts
-if kind != "aiohttp":
+if kind == "httpx":
     import httpx, httpx_aiohttp
-loop = b.plain_aiohttp if kind == "aiohttp" else b.plain_httpx_aiohttp
+run = asyncio.run
+if kind == "uvloop":  # the event loop Ray gives its actors (RAY_USE_UVLOOP, on when uvloop is installed)
+    import uvloop
+    run = uvloop.run
+loop = b.plain_httpx_aiohttp if kind == "httpx" else b.plain_aiohttp
 c0 = time.process_time()
-wall = asyncio.run(loop(url, n, c))
+wall = run(loop(url, n, c))
 print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0}))
 """
 
 
 def measure_plain(server: ServerProcess, kind: str, n: int, concurrency: int) -> dict[str, float]:
-    """A plain loop (:func:`plain_aiohttp` or :func:`plain_httpx_aiohttp`) in a process of its own.
+    """A plain loop in a process of its own: ``kind`` ``aiohttp`` (:func:`plain_aiohttp` on asyncio's own
+    event loop: the acceptance's baseline), ``uvloop`` (the same loop on uvloop, the event loop Ray runs its
+    async actors on, the ``ParticipantClient`` included) or ``httpx`` (:func:`plain_httpx_aiohttp`).
 
     Its own process, not this one: a plain client is a small program, and this driver's heap (Ray,
     pyarrow, polars and the bench's inputs loaded) slowed the same loop by 6-12 % (measured 2026-12-01:
@@ -600,6 +606,7 @@ def search_run(args) -> dict[str, Any]:
     with ServerProcess("participant", "--latency-ms", str(args.latency_ms), "--capacity", str(args.concurrency),
                        "--memories", str(args.memories), "--http", args.participant_http) as server:
         res: dict[str, Any] = {"plain_aiohttp": measure_plain(server, "aiohttp", args.queries, args.concurrency),
+                               "plain_uvloop": measure_plain(server, "uvloop", args.queries, args.concurrency),
                                "plain_httpx_aiohttp": measure_plain(server, "httpx", args.queries, args.concurrency),
                                "client_actor": measure_client_actor(server, args.queries, args.concurrency,
                                                                     args.samples, args.top_k)}
@@ -792,7 +799,8 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     ideal = runs[0]["ideal"]
     get = lambda path: [_dig(r, path) for r in runs]  # noqa: E731
     label = {"retrieval": "pipeline, retrieval-only", "full": "pipeline, + offline Answer/Judge"}
-    rows = [("plain asyncio loop, aiohttp", "plain_aiohttp"), ("plain asyncio loop, httpx+aiohttp", "plain_httpx_aiohttp"),
+    rows = [("plain asyncio loop, aiohttp", "plain_aiohttp"), ("plain aiohttp loop on uvloop", "plain_uvloop"),
+            ("plain asyncio loop, httpx+aiohttp", "plain_httpx_aiohttp"),
             ("ParticipantClient actor alone", "client_actor"),
             ("aml-ray " + label[runs[0]["pipeline"]["kind"]], "pipeline")]
     if all("pipeline_full" in r for r in runs):
@@ -816,8 +824,14 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
           "the client actor alone is fed by this process "
           "as Ingest feeds it, without Ray Data, Ingest or Adds; the full pipeline's 2 cores also run the offline "
           "answerer and judge, which a plain loop does not)")
+    vs_uv = [_med([r["pipeline"][m] / r["plain_uvloop"][m] for r in runs if r["pipeline"].get(m) and r["plain_uvloop"].get(m)])
+             for m in ("rate", "steady")]
+    if None not in vs_uv:
+        print(f"  the pipeline against the plain loop on uvloop (the event loop of Ray's actors, the participant client's "
+              f"included), same run: {vs_uv[0]:.2f} (steady {vs_uv[1]:.2f})")
     print(f"  client CPU of the plain loops per {args.queries:,} Searches: aiohttp "
-          f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
+          f"{_med(get('plain_aiohttp.client_cpu_s')):.2f} s, on uvloop {_med(get('plain_uvloop.client_cpu_s')):.2f} s, "
+          f"httpx+aiohttp {_med(get('plain_httpx_aiohttp.client_cpu_s')):.2f} s")
     print(f"  the loopback participant's own CPU per Search ({args.participant_http} server, during the plain aiohttp loop; "
           f"it shares the 2 cores with the client): {_med(get('plain_aiohttp.server_cpu_s')) / args.queries * 1e6:.0f} us")
     per_search = [("plain aiohttp loop", _med([r["plain_aiohttp"]["client_cpu_s"] / args.queries for r in runs])),
@@ -828,6 +842,7 @@ def report_search(args, runs: list[dict[str, Any]]) -> None:
     print("  client CPU per Search: " + ", ".join(f"{name} {v * 1e6:.0f} us" for name, v in per_search if v))
     print(f"  per run, steady: pipeline {', '.join(f'{r:,.0f}' for r in get('pipeline.steady'))}; "
           f"plain aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_aiohttp.steady'))}; "
+          f"on uvloop {', '.join(f'{r:,.0f}' for r in get('plain_uvloop.steady'))}; "
           f"plain httpx+aiohttp {', '.join(f'{r:,.0f}' for r in get('plain_httpx_aiohttp.steady'))}")
     what = "Adds+Searches" if runs[0]["pipeline"]["kind"] == "retrieval" else "Adds+Searches+Answers+Judges"
     print(f"  wall: Ray start {_med(get('pipeline.ray_start_s')):.1f} s + run_pipeline (actor pools, "

@@ -103,7 +103,7 @@ def test_lean_participant_queues_requests_over_its_capacity_in_arrival_order():
     assert 0.0 <= late["p50"] < 100.0  # the wait in the queue is not counted as the server's lag
 
 
-@pytest.mark.parametrize("kind", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("kind", ["aiohttp", "uvloop", "httpx"])
 def test_bench_plain_loop_reports_its_figures(kind):
     # the bench's baseline (scripts/bench_pipeline.py): the plain loop, run as a child process
     from scripts.bench_pipeline import measure_plain
