@@ -58,20 +58,36 @@ class PipelineOptions:
     model_batch_size: int | None = None
     samples_per_task: int | None = None
 
-    def ingest_layout(self, n_samples: int) -> tuple[int, int]:
+    def ingest_layout(self, n_samples: int, *, retrieval_only: bool = False) -> tuple[int, int]:
         """``(samples per Ingest task, Ingest tasks at once)`` for a run of ``n_samples``.
 
         Each Ray Data task costs the Ingest actor and the driver milliseconds of CPU whatever its size
-        (task dispatch, the output block, the executor's bookkeeping), next to a fraction of a
-        millisecond per question. So when samples are many, one task takes several: up to 8, and no
-        more than ``n_samples // (2 * ingest_parallelism)`` (the tasks still outnumber twice the
-        samples in progress, so the last ones do not wait on one long task). A task's samples run at
-        once; the actor holds at most ``ingest_parallelism`` samples in progress across its tasks
-        (:class:`aml_ray.stages.IngestStage` ``samples_at_once``), and runs twice as many tasks as
-        that needs, so a finishing sample's slot is taken at once by a queued one.
-        ``samples_per_task`` overrides the choice.
+        (task dispatch, the output block, the executor's bookkeeping, a progress report), next to a
+        fraction of a millisecond per question. So when samples are many, one task takes several. A
+        task's rows go downstream only when all its samples are done:
+
+        - with Answer and Judge behind Ingest, that wait is the pipeline's. Tasks take up to 8 samples
+          and no more than ``n_samples // (2 * ingest_parallelism)``, so the tasks outnumber twice the
+          samples in progress (synthetic LoCoMo x10 end to end, 100 samples: 1.16 x the lower bound at 3
+          a task, 1.32 x at 8);
+        - a retrieval-only run has nothing behind Ingest: its tasks take up to 8 samples, and there are
+          at least 8 tasks (``n_samples // 8`` a task). Measured with ``scripts/bench_pipeline.py
+          --pipeline retrieval`` (10,000 Searches over 100 samples, 20 ms, 64 in flight, 2 cores, 4
+          interleaved pairs): 2,842-2,940 Searches/s at 8 a task against 2,634-2,893 at 3, and the
+          pipeline's processes other than the participant client used 0.34-0.42 of a core during the
+          Searches against 0.40-0.52.
+
+        A task's samples run at once; the actor holds at most ``ingest_parallelism`` samples in
+        progress across its tasks (:class:`aml_ray.stages.IngestStage` ``samples_at_once``), and runs
+        twice as many tasks as that needs, so a finishing sample's slot is taken at once by a queued
+        one. ``samples_per_task`` overrides the choice.
         """
-        per_task = self.samples_per_task or max(1, min(8, n_samples // (2 * self.ingest_parallelism)))
+        if self.samples_per_task:
+            per_task = self.samples_per_task
+        elif retrieval_only:
+            per_task = max(1, min(8, n_samples // 8))
+        else:
+            per_task = max(1, min(8, n_samples // (2 * self.ingest_parallelism)))
         if per_task == 1:
             return 1, self.ingest_parallelism
         return per_task, 2 * -(-self.ingest_parallelism // per_task)
@@ -212,7 +228,7 @@ def run_pipeline(
     # blocks of sample file paths (the driver never holds the rows), one Ingest task per block: one sample
     # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
     # sample in the actor when its turn comes
-    per_task, tasks = opts.ingest_layout(inputs.n_samples)
+    per_task, tasks = opts.ingest_layout(inputs.n_samples, retrieval_only=retrieval_only)
     ds = ray.data.from_items([{"path": p} for p in inputs.sample_paths()],
                              override_num_blocks=max(1, -(-inputs.n_samples // per_task)))
     ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),

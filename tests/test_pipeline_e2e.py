@@ -152,17 +152,22 @@ def test_one_task_runs_its_samples_at_once(tmp_path, locomo_file):
     assert scored["status"].unique().to_list() == ["retrieved"] and scored["n_memories"].sum() == 0
 
 
-@pytest.mark.parametrize("per_task,parallelism,n,expected", [
-    (None, 16, 10, (1, 16)),     # LoCoMo: one sample per task, as before
-    (None, 16, 100, (3, 12)),    # 100 samples: 3 a task, twice the 6 tasks that 16 samples need
-    (None, 16, 500, (8, 4)),     # capped at 8 a task
-    (None, 4, 9, (1, 4)),
-    (2, 16, 10, (2, 16)),        # an explicit choice
+@pytest.mark.parametrize("per_task,parallelism,n,retrieval_only,expected", [
+    (None, 16, 10, False, (1, 16)),     # LoCoMo: one sample per task, as before
+    (None, 16, 100, False, (3, 12)),    # 100 samples: 3 a task, twice the 6 tasks that 16 samples need
+    (None, 16, 500, False, (8, 4)),     # capped at 8 a task
+    (None, 4, 9, False, (1, 4)),
+    (2, 16, 10, False, (2, 16)),        # an explicit choice
+    (None, 16, 10, True, (1, 16)),      # retrieval-only: at least 8 tasks ...
+    (None, 16, 40, True, (5, 8)),
+    (None, 16, 100, True, (8, 4)),      # ... of up to 8 samples (nothing waits downstream for a task's rows)
+    (3, 16, 100, True, (3, 12)),        # an explicit choice still wins
 ])
-def test_ingest_layout(per_task, parallelism, n, expected):
+def test_ingest_layout(per_task, parallelism, n, retrieval_only, expected):
     from aml_ray.pipeline import PipelineOptions
 
-    assert PipelineOptions(ingest_parallelism=parallelism, samples_per_task=per_task).ingest_layout(n) == expected
+    options = PipelineOptions(ingest_parallelism=parallelism, samples_per_task=per_task)
+    assert options.ingest_layout(n, retrieval_only=retrieval_only) == expected
 
 
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
