@@ -119,3 +119,20 @@ def test_bench_plain_loop_reports_its_figures(kind):
     assert 0 < res["client_cpu_s"] < res["wall_s"] * 4  # the child's own CPU, its start-up not counted
     assert res["server_cpu_s"] > 0
     assert 0 <= res["steal"] < 1  # the host's share of the machine's CPU time during the loop (/proc/stat)
+
+
+@pytest.mark.parametrize("extra", [[], ["--instant"]])
+def test_bench_client_reports_its_figures(extra, capsys):
+    # scripts/bench_client.py: the participant client against a plain loop, in-process, no Ray
+    from scripts.bench_client import main
+
+    main(["--queries", "200", "--samples", "4", "--concurrency", "8", "--latency-ms", "5", "--rounds", "1", *extra])
+    lines = capsys.readouterr().out.strip().splitlines()
+    kinds = [line.split()[2] for line in lines]
+    assert kinds == (["client"] if extra == ["--instant"] else ["plain", "client"])
+    for line in lines:
+        rate = float(line.split()[3].replace(",", ""))
+        cpu = float(line.split("CPU")[1].split("us")[0])
+        assert rate > 0 and 0 < cpu < 100_000
+        if extra != ["--instant"]:
+            assert rate <= 8 / 0.004  # 8 in flight, each held about 5 ms

@@ -307,53 +307,6 @@ async def test_a_cancelled_batch_never_sends_its_queued_searches(scripted):
     assert later["memories"][0]["content"] == "echo later" and len(script.bodies) == 2
 
 
-async def test_a_batch_is_queued_and_its_table_built_in_slices(scripted, monkeypatch):
-    """A batch longer than a slice: every Search sent once, in order; the table equals a one-piece build."""
-    import aml_ray.actors.participant as participant
-    from aml_ray.evidence import search_columns
-
-    monkeypatch.setattr(participant, "SLICE_ROWS", 3)
-    script, server = scripted
-    client = ParticipantClient(spec_for(server, max_in_flight=2))
-    items = [{"ref": f"ref-{i}", "request": {"query": f"q{i}", "user_id": "u", "top_k": 5}} for i in range(8)]
-    table = await client.search_table(items)
-    outcomes = await client.search_batch(items)
-    await client.aclose()
-    queries = [json.loads(b)["query"] for b in script.bodies]
-    assert sorted(queries[:8], key=lambda q: int(q[1:])) == [f"q{i}" for i in range(8)] and len(queries) == 16
-    assert table.num_rows == 8 and table.column("search_request_sha256").num_chunks == 3
-    one_piece = search_columns(outcomes)
-    drop = ["search_latency_ms"]  # the two calls' timings differ
-    assert table.drop_columns(drop).combine_chunks().equals(one_piece.drop_columns(drop))
-    assert [m[0]["content"] for m in table.column("memories").to_pylist()] == [f"echo q{i}" for i in range(8)]
-
-
-async def test_a_batch_that_fails_while_queueing_sends_nothing_more(scripted, monkeypatch):
-    """A body that fails to encode in a later slice fails the call, and the Searches already queued are never sent."""
-    import aml_ray.actors.participant as participant
-
-    monkeypatch.setattr(participant, "SLICE_ROWS", 2)
-    real_body_bytes = participant.body_bytes
-
-    def body_bytes(payload):
-        if payload.get("query") == "q3":
-            raise UnicodeEncodeError("utf-8", "q3", 0, 1, "surrogates not allowed")
-        return real_body_bytes(payload)
-
-    monkeypatch.setattr(participant, "body_bytes", body_bytes)
-    script, server = scripted
-    script.delay_s = 0.05
-    client = ParticipantClient(spec_for(server, max_in_flight=1))
-    reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(6)]
-    with pytest.raises(UnicodeEncodeError):
-        await client.search_many(reqs)
-    await asyncio.sleep(0.2)
-    assert [json.loads(b)["query"] for b in script.bodies] == ["q0"]  # q1 and q2 were queued, never sent
-    later = await client.search(SearchRequest(query="later", user_id="u", top_k=5), "ref-later")
-    await client.aclose()
-    assert later["memories"][0]["content"] == "echo later"
-
-
 def test_parse_retry_after():
     assert parse_retry_after("3") == 3.0
     assert parse_retry_after(None) is None and parse_retry_after("soon") is None

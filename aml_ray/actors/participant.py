@@ -52,14 +52,6 @@ AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
 DEFAULT_TIMEOUT_S = 1800.0
 #: Send priorities (:class:`aml_ray.actors.fair.FairQueue`: lower is sent sooner).
 _ADD_FIRST, _SEARCH_AFTER = 0, 1
-#: A batch of Searches is encoded and queued, and its result table built, this many rows at a time; the
-#: event loop reads the replies that came in between two slices. In one piece, a sample of 1,000 questions
-#: held the loop for about 5 ms to encode (``body_bytes``) and 5 ms to build its table (measured, 2 cores)
-#: while up to ``max_in_flight`` replies waited to be read and their slots refilled. Measured in-process
-#: (10 samples of 1,000 questions against the loopback participant at 20 ms and 64 in flight, 3
-#: interleaved pairs): 2,736-2,751 Searches/s with slices against 2,615-2,700 without, and the loop's
-#: 99th-percentile lag 5.3-6.4 ms against 7.6-11.1 ms.
-SLICE_ROWS = 128
 
 
 class ParticipantSpec(BaseModel):
@@ -541,16 +533,11 @@ class ParticipantClient:
             store = MediaStore(media_root)
             for o in outcomes:
                 o["memories"] = memories_to_evidence(o["memories"], store)
-        slices = []
-        for start in range(0, len(outcomes), SLICE_ROWS):
-            if start:
-                await asyncio.sleep(0)  # the replies of other calls in flight are read between slices
-            slices.append(search_columns(outcomes[start:start + SLICE_ROWS]))
-        return pa.concat_tables(slices) if slices else search_columns([])
+        return search_columns(outcomes)
 
 
 class _SearchBatch:
-    """One :meth:`ParticipantClient.search_many` call: its Searches queued in slices, each reply checked without a task of its own.
+    """One :meth:`ParticipantClient.search_many` call: its Searches queued at once, each reply checked without a task of its own.
 
     Why not a task per Search awaiting its reply: each such task costs its creation, a wake-up when the
     reply arrives and the gather's bookkeeping. Measured with the HTTP session replaced by one that answers
@@ -574,25 +561,17 @@ class _SearchBatch:
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.retries: set[asyncio.Task] = set()
         self.url = client._target(client.spec.search_url)
-        self.data: list[bytes] = []  # the bodies encoded so far, in order (run() encodes them slice by slice)
+        self.data = [body_bytes(request.to_body()) for request, _ in requests]
         self.t0 = time.perf_counter()
 
     async def run(self) -> list[dict[str, Any]]:
         queue = self.client._queue
         assert queue is not None
+        for i, data in enumerate(self.data):
+            queue.put("", (self.url, data, _BatchReply(self, i)), _SEARCH_AFTER)
         try:
-            for start in range(0, len(self.requests), SLICE_ROWS):
-                if start:
-                    await asyncio.sleep(0)  # replies that came in meanwhile are handled before the next slice
-                    if self.finished.done():  # failed or cancelled: the rest is never sent
-                        break
-                for i in range(start, min(start + SLICE_ROWS, len(self.requests))):
-                    self.data.append(data := body_bytes(self.requests[i][0].to_body()))
-                    queue.put("", (self.url, data, _BatchReply(self, i)), _SEARCH_AFTER)
             await self.finished
         finally:
-            if not self.finished.done():  # cancelled (or a body failed to encode) while queueing: the rest is never sent
-                self.finished.cancel()
             for task in self.retries:
                 task.cancel()
         return self.results  # type: ignore[return-value]
