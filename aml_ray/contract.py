@@ -292,7 +292,7 @@ _StrictNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 #: Matches a string that is not blank: one character that ``str.isspace()`` is false for (the full checks'
 #: rule is ``s.strip() != ""``). The class lists every code point that Python 3.11's ``str.isspace()`` is
-#: true for (the Unicode White_Space set and U+001C..U+001F); ``tests/test_contract.py`` checks it
+#: true for (the Unicode White_Space set and U+001C..U+001F); ``tests/test_search_memories.py`` checks it
 #: against ``str.isspace()`` over every code point. Rust regex syntax (pydantic-core's engine).
 NOT_BLANK = (r"[^\t\n\x0B\x0C\r\x1C-\x1F \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}"
              r"\x{205F}\x{3000}]")

@@ -79,20 +79,13 @@ class _InstantReply:
         return self.raw
 
 
-def _batches(queries: int, samples: int, top_k: int) -> list[list[dict]]:
-    per = queries // samples
-    return [[{"ref": f"s{k}:q{i}", "request": {"query": f"When did Caroline go to the lake {i}?",
-                                               "user_id": f"eval:bench:syn:{k}", "top_k": top_k}}
-             for i in range(per)] for k in range(samples)]
-
-
 async def client_run(base_url: str, args) -> dict[str, float]:
     """``args.queries`` Searches through one ParticipantClient, one ``search_table`` call per sample, 16 at once."""
     from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
 
     spec = ParticipantSpec(add_url=f"{base_url}/add", search_url=f"{base_url}/search", max_in_flight=args.concurrency)
     client = ParticipantClient(spec)
-    batches = _batches(args.queries, args.samples, args.top_k)
+    batches = bench.search_items(args.queries, args.samples, args.top_k)
     await client.search_table(batches[0][:1])  # connections and senders up
     if args.instant:
         await client.aclose()

@@ -363,6 +363,14 @@ def _search_bodies(n: int, samples: int = 100, top_k: int = 100) -> list[bytes]:
                         "top_k": top_k}, separators=(",", ":")).encode() for i in range(n)]
 
 
+def search_items(n: int, samples: int, top_k: int = 100) -> list[list[dict]]:
+    """``n`` Search items (``{"ref", "request"}``, as ``ParticipantClient.search_table`` takes them), one list per sample."""
+    per = n // samples
+    return [[{"ref": f"s{k}:q{i}", "request": {"query": f"When did Caroline go to the lake {i}?",
+                                               "user_id": f"eval:bench:syn:{k}", "top_k": top_k}}
+             for i in range(per)] for k in range(samples)]
+
+
 async def plain_aiohttp(url: str, n: int, concurrency: int) -> float:
     """A plain asyncio loop: ``concurrency`` aiohttp workers over ``n`` Searches; returns wall seconds."""
     import aiohttp
@@ -463,9 +471,7 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
     spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
                            max_in_flight=concurrency)
     per = n // samples
-    batches = [[{"ref": f"s{k}:q{i}", "request": {"query": f"When did Caroline go to the lake {i}?",
-                                                  "user_id": f"eval:bench:syn:{k}", "top_k": top_k}}
-                for i in range(per)] for k in range(samples)]
+    batches = search_items(n, samples, top_k)
     with _LocalCluster(1):
         client = spawn_participant_client(spec)
         ray.get(client.search_table.remote(batches[0][:1]))  # the actor is up
