@@ -281,11 +281,22 @@ def run(
                   f"{ds['questions']} ({ds['scorable_questions']} scorable, {ds['excluded_questions']} excluded"
                   f" and reported, never scored)")
     a, s = info["adds"], info["search"]
-    console.print(f"Add latency p50 {a['latency_ms']['p50']:.1f} ms / p95 {a['latency_ms']['p95']:.1f} ms "
+    console.print(f"Add latency p50 {_ms(a['latency_ms']['p50'])} / p95 {_ms(a['latency_ms']['p95'])} "
                   f"({a['ok']} ok, {a['failed']} failed, {a['retried']} retried); Search latency p50 "
-                  f"{s['latency_ms']['p50']:.1f} ms / p95 {s['latency_ms']['p95']:.1f} ms; wall {info['wall_s']:.1f} s")
+                  f"{_ms(s['latency_ms']['p50'])} / p95 {_ms(s['latency_ms']['p95'])} ({s['failed']} failed); "
+                  f"wall {info['wall_s']:.1f} s")
     console.print(f"evidence: {out}/evidence ({info['evidence']['add_rows']} Add rows, "
                   f"{info['evidence']['question_rows']} question rows); run.json and results.json in {out}")
+    if info["status"] != "completed":  # partial: the table covers fewer Adds or questions than the dataset
+        err.print(f"[bold yellow]run {info['status']}:[/] ", end="")
+        err.print(f"{info.get('error')} (run.json status={info['status']}; the evidence names each failed request)",
+                  markup=False)
+        raise typer.Exit(1)
+
+
+def _ms(value: float | None) -> str:
+    """A latency in milliseconds for the console (``-`` when no request of the kind succeeded)."""
+    return "-" if value is None else f"{value:.1f} ms"
 
 
 @app.command()

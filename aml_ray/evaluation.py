@@ -26,8 +26,11 @@ from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
-from aml_ray.inputs import build_inputs
+from aml_ray.inputs import build_inputs, read_sample_files
+from aml_ray.isolation import find_leaks, index_adds, iter_question_memories
+from aml_ray.outcome import run_outcome
 from aml_ray.pipeline import PipelineOptions, StageFailed, run_pipeline
+from aml_ray.preflight import PreflightFailed, preflight
 from aml_ray.prompts import load_prompt
 from aml_ray.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
@@ -247,8 +250,14 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             participant differ (:func:`check_resumable`).
         aml_ray.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
         aml_ray.datasets.fetch.DatasetError: the dataset file is missing, unreachable or has another hash.
-        StageFailed: a contract error or non-retryable participant status stopped the run; run.json is
-            written with ``status="failed"`` and the error summary first.
+        StageFailed: the run failed (:mod:`aml_ray.outcome`): the pre-flight failed, a contract error, a
+            non-retryable participant status or the failure budget stopped it, or its evidence shows a
+            memory of another user_id or no scored question; run.json is written first with
+            ``status="failed"``, the error summary and the structured ``failure``.
+
+    A run that ends without failing has ``run_info["status"]`` ``completed`` or ``partial`` (some Adds
+    failed or some questions have no result, within the failure budget), derived from the evidence by
+    :func:`aml_ray.outcome.run_outcome`.
     """
     spec = get_dataset(cfg.dataset)
     run_dir = RunDir(cfg.out_dir)
@@ -313,6 +322,15 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         info["resumed_with_done_questions"] = len(done)
     write_json_atomic(info, run_dir.run_json)
+    t_preflight = time.perf_counter()
+    try:  # before Ray starts and before any Add: a dead or mis-configured endpoint fails in seconds
+        info["preflight"] = preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k).describe()
+    except PreflightFailed as exc:
+        failure = {"kind": "Preflight", "step": exc.step, "url": exc.url, "summary": str(exc)}
+        info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),
+                    wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
+        write_json_atomic(info, run_dir.run_json)
+        raise StageFailed(str(exc), failure=failure) from None
     if on_progress:
         model_total = 0 if cfg.retrieval_only else inputs.n_scorable
         on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
@@ -332,7 +350,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             retrieval_only=cfg.retrieval_only,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
-        info.update(status="failed", error=exc.summary, wall_s=round(time.perf_counter() - t0, 3),
+        info.update(status="failed", error=exc.summary, failure=exc.failure, wall_s=round(time.perf_counter() - t0, 3),
                     finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise
@@ -348,8 +366,13 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     table = retrieval_table(with_dataset) if cfg.retrieval_only else aggregate(with_dataset)
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
     search_lat = questions.filter(pl.col("search_status") == "ok")["search_latency_ms"]
+    leaks = check_isolation(inputs, run_dir)
+    outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
+                          isolation=leaks)
     info.update(
-        status="completed", finished_at=datetime.now(timezone.utc).isoformat(), wall_s=round(wall_s, 3),
+        status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
+        wall_s=round(wall_s, 3), isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
+        **({"error": outcome.summary} if outcome.status != "completed" else {}),
         evidence={"add_rows": adds.height, "question_rows": questions.height},
         adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
               "retried": int((adds["attempts"] > 1).sum()),
@@ -361,13 +384,32 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                 "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
         **usage_summary(questions),
     )
-    write_json_atomic({"run_id": cfg.run_id, "offline_models": info["offline_models"], "models": info["models"],
-                       "retrieval_only": cfg.retrieval_only,
+    write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
+                       "models": info["models"], "retrieval_only": cfg.retrieval_only,
                        "table": table.to_dicts(), "judge_runs": info["judge_runs_summary"]},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
     shutil.rmtree(inputs.folder, ignore_errors=True)  # derived from the dataset and run id; not evidence
+    if outcome.status == "failed":  # the evidence and tables stay for audit; the run measured nothing to report
+        raise StageFailed(outcome.summary or "failed", failure={"kind": "isolation" if leaks else "outcome",
+                                                                 "summary": outcome.summary})
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
+
+
+def check_isolation(inputs, run_dir: RunDir) -> list[dict[str, Any]]:
+    """Leaks of the run (:func:`aml_ray.isolation.find_leaks`): its sample inputs against its question evidence.
+
+    Returns:
+        One dict per question that got a memory of another user_id (empty when isolation held).
+    """
+    def adds_by_user():
+        for path in inputs.sample_paths():
+            adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
+            if adds:
+                yield adds[0]["user_id"], adds
+
+    owners = index_adds(adds_by_user())
+    return find_leaks(iter_question_memories(str(p) for p in sorted(run_dir.questions.glob("*.parquet"))), owners)
 
 
 @dataclass

@@ -11,6 +11,7 @@ one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors t
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -134,6 +135,35 @@ class StageFailed(Exception):
         super().__init__(summary)
         self.summary = summary
         self.failure = failure
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: Longest cause kept in an error summary (characters): the whole message of any ordinary exception.
+MAX_CAUSE_CHARS = 4000
+_CHAINED = re.compile(r"\n\s*(?:The above exception was the direct cause of the following exception:|"
+                      r"During handling of the above exception, another exception occurred:)\s*\n")
+
+
+def error_cause(exc: BaseException) -> str:
+    """The cause of a pipeline failure as one message: ``"pyarrow.lib.ArrowInvalid: Not an Arrow file"``.
+
+    Ray Data re-raises a stage's exception as a ``RayTaskError(UserCodeException)`` whose text is Ray's
+    header (actor, pid, ANSI colour codes), then the worker's traceback: the original exception first,
+    then "The above exception was the direct cause..." and Ray's own wrapper; the original object is not
+    kept. This returns the original exception's ``Type: message`` in full (up to
+    :data:`MAX_CAUSE_CHARS`), without colour codes; an exception that carries no traceback text gives
+    ``Type: message``.
+    """
+    text = _ANSI.sub("", str(exc)).strip()
+    first = _CHAINED.split(text)[0]  # Python prints the innermost cause first
+    lines = first.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File \"")]
+    if frames:
+        rest = lines[frames[-1] + 1:]
+        start = next((i for i, line in enumerate(rest) if line and not line[0].isspace()), None)
+        if start is not None:
+            return "\n".join(rest[start:]).strip()[:MAX_CAUSE_CHARS]
+    return f"{type(exc).__name__}: {text}"[:MAX_CAUSE_CHARS]
 
 
 def run_pipeline(
@@ -271,7 +301,7 @@ def run_pipeline(
         failure = ray.get(tracker.failure.remote())
         if failure is not None:
             raise StageFailed(failure["summary"], failure=failure) from None
-        raise StageFailed(f"pipeline failed: {type(exc).__name__}: {str(exc)[:500]}") from exc
+        raise StageFailed(f"pipeline failed: {error_cause(exc)}") from exc
     finally:
         buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
         stop.set()

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 
 from aml_ray.serve_app.app import create_app
 from aml_ray.serve_app.settings import ServiceSettings
+from aml_ray.store.jobs import mark_failed
 from aml_ray.store.synthetic import SyntheticEntry, job_in_progress, publish
 from tests.servers import ThreadServer
 
@@ -57,8 +58,12 @@ def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
             publish(session, entry)
         key, job = job_in_progress(session, system="Progress Probe")
         jobs["running"] = (key, job.id)
-        key, job = job_in_progress(session, system="Broken Probe", done={"add": 3}, failed=ERROR)
+        key, job = job_in_progress(session, system="Broken Probe", done={"add": 3, "add_failed": 2}, failed=ERROR)
         jobs["failed"] = (key, job.id)
+        key, job = job_in_progress(session, system="Partial Probe", done={"add": 28, "add_failed": 1, "search": 152,
+                                                                          "answer": 152, "judge": 152})
+        mark_failed(job, "1 of 28 Adds failed after retries", status="partial")
+        jobs["partial"] = (key, job.id)
     with ThreadServer(app) as server:
         yield server.base_url, jobs
     service.engine.dispose()
@@ -189,4 +194,22 @@ def test_job_page_shows_the_error_summary_of_a_failed_job(site, page, tmp_path):
     page.wait_for_selector("#error:not([hidden])")
     assert page.locator("#status").inner_text() == "failed"
     assert page.locator("#error-text").inner_text() == ERROR
+    badge = page.locator("#status").evaluate("e => getComputedStyle(e).backgroundColor")
+    assert badge == "rgb(251, 218, 218)"  # red
+    assert page.locator('#stages tr[data-stage="add"] td').nth(1).inner_text() == "3 / 28 (2 failed)"
     page.screenshot(path=str(tmp_path / "job-failed.png"), full_page=True)
+
+
+def test_job_page_shows_a_partial_job_amber_with_its_failed_units(site, page):
+    """Issue 24: a run whose evidence misses an Add is 'partial', never 'completed', and says how many failed."""
+    base, jobs = site
+    key, job_id = jobs["partial"]
+    page.goto(f"{base}/jobs/{job_id}")
+    page.fill("#key", key)
+    page.click("#show")
+    page.wait_for_selector("#error:not([hidden])")
+    assert page.locator("#status").inner_text() == "partial"
+    assert page.locator("#status").evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 236, 200)"
+    assert page.locator("#stage-line").inner_text() == ""  # a finished job shows no current stage
+    assert page.locator('#stages tr[data-stage="add"] td').nth(1).inner_text() == "28 / 28 (1 failed)"
+    assert page.locator("#error-text").inner_text() == "1 of 28 Adds failed after retries"

@@ -98,6 +98,7 @@ class StageOut(BaseModel):
 
     stage: str
     done: int
+    failed: int = 0
     total: int
 
 

@@ -157,13 +157,22 @@ class JobWorker:
         if mode == "smoke" and not self._smoke_conformance(job_id, spec, secret):
             return
 
+        latest: dict[str, int] = {}  # the newest "done" counts: written at the end even when throttled
+
         def on_progress(kind: str, values: dict[str, int]) -> None:
             now = time.monotonic()
-            if kind != "totals" and now - last_write[0] < PROGRESS_INTERVAL_S:
-                return
+            if kind != "totals":
+                latest.update(values)
+                if now - last_write[0] < PROGRESS_INTERVAL_S:
+                    return
             last_write[0] = now
             with sessions.begin() as s:
                 record_progress(get_job(s, job_id), kind, values)
+
+        def final_progress() -> None:
+            if latest:
+                with sessions.begin() as s:
+                    record_progress(get_job(s, job_id), "done", latest)
 
         cfg = EvaluationConfig(
             dataset=dataset, participant=spec, answer=model_endpoint_from_env("answer"),
@@ -173,18 +182,25 @@ class JobWorker:
         try:
             result = evaluate(cfg, on_progress=on_progress, num_cpus=settings.num_cpus)
         except StageFailed as exc:
+            final_progress()
             self._fail(job_id, redact(exc.summary, secret))
             return
         except Exception as exc:  # dataset missing, Ray failure...: summarised, secret redacted
             log.error("job %s failed: %s", job_id, type(exc).__name__)
             self._fail(job_id, redact(f"{type(exc).__name__}: {exc}", secret))
             return
+        final_progress()
         table = result.table.to_dicts()
         facts = run_facts(result.run_info)
+        status = result.run_info["status"]  # derived from the evidence (aml_ray.outcome), never assumed
         with sessions.begin() as session:
             job = get_job(session, job_id)
-            record_progress(job, "done", {s.stage: s.total for s in job.stages})
             save_result(session, job, table, facts)
+            if status != "completed":  # partial: the result is kept for the participant; no review, quota back
+                mark_failed(job, redact(result.run_info.get("error") or status, secret), status=status)
+                log.info("job %s ended %s", job_id, status)
+                return
+            record_progress(job, "done", {s.stage: s.total for s in job.stages})  # every unit finished
             mark_completed(session, job)
             if mode == "full":
                 gate = publication_gate(session, job, table, facts, release_baseline(settings, track))

@@ -32,7 +32,8 @@ from aml_ray.evidence import AddJournal, RunDir
 from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
 from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.progress import ProgressBuffer
-from aml_ray.stages._common import participant_failure, searched_questions
+from aml_ray.outcome import FailureBudget
+from aml_ray.stages._common import StageStopped, participant_failure, searched_questions
 from aml_ray.stages.search import search_rows
 
 
@@ -114,6 +115,9 @@ class IngestStage:
         self.progress = ProgressBuffer(tracker)  # sent at the end of each task (__call__) or every 0.5 s
         self.final = final
         self.samples_at_once = samples_at_once
+        # one Ingest actor sends every Add and Search of the run (pool size 1): it holds the run's budget
+        self.budget = FailureBudget()
+        self._journalled: dict[str, int] = {}  # sample -> its Adds in the journal (a resumed run's included)
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
@@ -130,16 +134,54 @@ class IngestStage:
         try:
             if len(adds) == 1:
                 for outcome in await self.participant.add_sample.remote(adds, sample_id, token):
-                    journal.append(_evidence_row(sample_id, adds[0], meta[0], outcome))
+                    await self._journal(journal, _evidence_row(sample_id, adds[0], meta[0], outcome))
                 return
             i = 0
             async for ref in self.participant.add_stream.remote(adds, sample_id, token):
                 outcome = await ref
-                journal.append(_evidence_row(sample_id, adds[i], meta[i], outcome))
+                await self._journal(journal, _evidence_row(sample_id, adds[i], meta[i], outcome))
                 i += 1
         except Exception as exc:
             await participant_failure(exc, self.tracker)
             raise
+
+    async def _journal(self, journal: AddJournal, row: dict[str, Any]) -> None:
+        """Journal one Add's evidence row, report it as done (failed ones too, counted apart), and count it
+        against the failure budget."""
+        journal.append(row)
+        sid = row["sample_id"]
+        self._journalled[sid] = self._journalled.get(sid, 0) + 1
+        self.progress.total("add", sid, self._journalled[sid])
+        ok = row["status"] == "ok"
+        if not ok:
+            self.progress.incr("add_failed", 1)
+        self.budget.record("add", ok, http_status=row["http_status"], request_id=row["request_id"],
+                           error=row["error"])
+        await self._check_budget()
+
+    async def _count_searches(self, search: pa.Table, questions: pa.Table) -> None:
+        """Count a group's Searches against the failure budget (``search``: its Search columns, in order)."""
+        statuses = search.column("search_status").to_pylist()
+        failed = [i for i, s in enumerate(statuses) if s != "ok"]
+        if not failed:
+            self.budget.stages["search"].ok += len(statuses)  # the common case: no Python call per Search
+            return
+        self.progress.incr("search_failed", len(failed))
+        http, errors = search.column("search_http_status").to_pylist(), search.column("search_error").to_pylist()
+        refs = questions.column("ref").to_pylist()
+        for i, status in enumerate(statuses):
+            self.budget.record("search", status == "ok", http_status=http[i], request_id=refs[i], error=errors[i])
+        await self._check_budget()
+
+    async def _check_budget(self) -> None:
+        """Stop the run when the failure budget is exceeded (:mod:`aml_ray.outcome`): the failure goes to
+        the tracker (the driver's error summary), then :class:`~aml_ray.stages._common.StageStopped` is raised."""
+        stage = self.budget.exceeded()
+        if stage is None:
+            return
+        if self.tracker is not None:
+            await self.tracker.record_failure.remote(self.budget.failure(stage))
+        raise StageStopped(self.budget.summary(stage))
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         # A task's samples run at once, each holding one of the actor's sample slots while it runs; the
@@ -158,6 +200,12 @@ class IngestStage:
     async def _held(self, row: dict[str, Any]) -> pa.Table:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
             return await self._sample(self._load(row))
+
+    async def _search(self, questions: pa.Table, media_root: str) -> pa.Table:
+        """Search ``questions`` (:func:`~aml_ray.stages.search.search_rows`) and count them against the budget."""
+        search = await search_rows(self.participant, questions, self.top_k, self.tracker, media_root=media_root)
+        await self._count_searches(search, questions)
+        return search
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
         """The sample's input row from the task's row, its ``questions`` as a table (:func:`~aml_ray.inputs.sample_questions`)."""
@@ -182,6 +230,7 @@ class IngestStage:
         searched: list[tuple[list[int], pa.Table]] = []  # (question positions, their Search columns)
         media_root = str(self.run_dir.media)
         n_done = len(done)
+        self._journalled[sid] = n_done
         for positions, step in segments(meta, set(by_step)):
             todo = [p for p in positions if meta[p]["chunk_index"] not in done]
             await self._add(sid, journal, [adds[p] for p in todo], [meta[p] for p in todo])
@@ -190,11 +239,9 @@ class IngestStage:
             self.progress.total("add", sid, n_done)
             if step is not None:
                 asked = by_step[step]
-                searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
-                                                          self.tracker, media_root=media_root)))
+                searched.append((asked, await self._search(_take(questions, asked), media_root)))
         asked = [i for i, step in enumerate(steps) if step is None]
-        searched.append((asked, await search_rows(self.participant, _take(questions, asked), self.top_k,
-                                                  self.tracker, media_root=media_root)))
+        searched.append((asked, await self._search(_take(questions, asked), media_root)))
         self.progress.incr("search", len(steps))
         order = [i for asked, _ in searched for i in asked]
         return searched_questions(_take(questions, order), pa.concat_tables([table for _, table in searched]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from aml_ray.store.errors import Conflict, NotFound
 from aml_ray.store.models import Job, JobStage, QuotaUsage, Version, utcnow
@@ -118,7 +118,7 @@ def record_progress(job: Job, kind: str, values: dict[str, int]) -> None:
     Args:
         job: the job (with its stages loaded).
         kind: ``"totals"`` or ``"done"``.
-        values: counts per stage.
+        values: counts per stage; with ``"done"``, ``<stage>_failed`` keys give the failed units among them.
     """
     now = utcnow()
     for row in job.stages:
@@ -128,6 +128,8 @@ def record_progress(job: Job, kind: str, values: dict[str, int]) -> None:
             else:
                 row.done = int(values[row.stage])
             row.updated_at = now
+        if kind != "totals" and f"{row.stage}_failed" in values:
+            row.failed = int(values[f"{row.stage}_failed"])
     unfinished = [r.stage for r in job.stages if r.total == 0 or r.done < r.total]
     job.stage = unfinished[0] if unfinished else "aggregate"
 
@@ -141,6 +143,17 @@ def mark_completed(session: Session, job: Job) -> None:
         usage.completed_at = now
 
 
-def mark_failed(job: Job, summary: str) -> None:
-    """Fail ``job`` with a secret-free error summary."""
-    job.status, job.finished_at, job.error_summary = "failed", utcnow(), summary[:2000]
+def mark_failed(job: Job, summary: str, *, status: str = "failed") -> None:
+    """End ``job`` as ``failed`` (or ``partial``: it ran, but its evidence misses Adds or questions) with a
+    secret-free error summary.
+
+    A full job that did not complete gives its quota slot back (issue 24): the seed's "at most 2 full
+    runs" counts runs that measured the system, and it opens no review. A smoke stays charged (it used
+    the platform's capacity; the hourly limit is what it protects).
+    """
+    job.status, job.finished_at, job.error_summary = status, utcnow(), summary[:2000]
+    session = object_session(job)
+    if job.mode == "full" and session is not None:
+        usage = session.scalar(select(QuotaUsage).where(QuotaUsage.job_id == job.id))
+        if usage is not None:
+            session.delete(usage)

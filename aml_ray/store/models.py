@@ -154,7 +154,7 @@ class Job(Base):
     mode: Mapped[str] = mapped_column(String(8))
     track: Mapped[str] = mapped_column(String(32))
     run_label: Mapped[str] = mapped_column(String(100))
-    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued|running|completed|failed
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued|running|completed|partial|failed
     stage: Mapped[str] = mapped_column(String(32), default="queued")
     error_summary: Mapped[str | None] = mapped_column(Text)
     checklist: Mapped[dict[str, Any] | None] = mapped_column()
@@ -176,7 +176,8 @@ class JobStage(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
     stage: Mapped[str] = mapped_column(String(16))
     position: Mapped[int] = mapped_column(Integer)
-    done: Mapped[int] = mapped_column(Integer, default=0)
+    done: Mapped[int] = mapped_column(Integer, default=0)  # units finished, failed ones included
+    failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # of ``done``: failed after retries
     total: Mapped[int] = mapped_column(Integer, default=0)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

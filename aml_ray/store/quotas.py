@@ -3,8 +3,9 @@
 - smoke: 1 per hour; at most 30 per track this edition.
 - full: at most 2 per AML key and track; the second unlocks 30 days after the first full run completed.
 
-Counted per key and track from ``quota_usage`` (one row per accepted job, so a job that failed still
-counts: it used the platform's capacity).
+Counted per key and track from ``quota_usage`` (one row per accepted job). A smoke that failed still
+counts (it used the platform's capacity); a full job that ended ``failed`` or ``partial`` gives its row
+back (:func:`aml_ray.store.jobs.mark_failed`): it did not measure the system.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ log = logging.getLogger("aml_ray.retention")
 #: Retention period of evidence, in days (DESIGN.md "Data handling").
 DEFAULT_RETENTION_DAYS = 30
 #: Job statuses after which evidence may be purged.
-FINAL_STATUSES = ("completed", "failed")
+FINAL_STATUSES = ("completed", "partial", "failed")
 #: The audit log's actor and action for a purge.
 PURGE_ACTOR = "retention"
 PURGE_ACTION = "job.evidence_purged"

@@ -23,7 +23,7 @@ def job_out(job: Job) -> JobOut:
     progress = 1.0 if job.status == "completed" else (done / total if total else 0.0)
     return JobOut(id=job.id, version_id=job.version_id, mode=job.mode, track=job.track, run_label=job.run_label,
                   status=job.status, stage=job.stage, progress=round(progress, 4),
-                  stages=[StageOut(stage=s.stage, done=s.done, total=s.total) for s in job.stages],
+                  stages=[StageOut(stage=s.stage, done=s.done, failed=s.failed or 0, total=s.total) for s in job.stages],
                   error_summary=job.error_summary, conformance=job.conformance, created_at=job.created_at, started_at=job.started_at,
                   finished_at=job.finished_at)
 

@@ -1,0 +1,152 @@
+"""Pre-flight: one health check and one Add/Search round trip before a run sends any Add.
+
+A dead or mis-configured endpoint must fail a run in seconds, with the URL and the cause, instead of
+after every Add and Search of the dataset has exhausted its retries (issue 24). :func:`preflight` runs
+in the driver, before Ray starts, with the run's own :class:`~aml_ray.actors.participant.ParticipantClient`
+code (same auth, same contract validation) and a short retry policy (:data:`PREFLIGHT_RETRY`).
+
+The probe writes one memory under its own user_id, ``eval:<run_id>:<dataset>:preflight`` (the id scheme of
+DESIGN.md with ``preflight`` as the sample), which no question ever searches; a resumed run sends the same
+request_id and body again, which an idempotent participant acknowledges without a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import aiohttp
+
+from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec
+from aml_ray.contract import AddRequest, ContractError, SearchRequest
+from aml_ray.retry import RetryPolicy
+
+#: Short policy for the probe: 3 attempts with waits of at most 1 s, Retry-After honoured up to 5 s, so a
+#: participant that only answers 429/503 now and then still passes and a dead one fails in seconds.
+PREFLIGHT_RETRY = RetryPolicy(max_attempts=3, backoff_base_s=0.25, backoff_max_s=1.0, retry_after_cap_s=5.0)
+#: Per-attempt timeout of the probe in seconds (the run's own timeout when that is shorter).
+PREFLIGHT_TIMEOUT_S = 30.0
+PROBE_SAMPLE = "preflight"
+
+
+class PreflightFailed(Exception):
+    """The participant failed the pre-flight.
+
+    Attributes:
+        step: ``health`` | ``add`` | ``search``.
+        url: the endpoint that failed.
+        cause: one line naming the cause (HTTP status, transport error, or the contract field).
+        report: the :class:`PreflightReport` so far (for run.json).
+    """
+
+    def __init__(self, step: str, url: str, cause: str, report: PreflightReport):
+        self.step, self.url, self.cause, self.report = step, url, cause, report
+        super().__init__(f"pre-flight {step} failed at {url}: {cause}")
+
+
+@dataclass
+class PreflightReport:
+    """What the pre-flight did: per step ``{"url", "ok", "http_status", "attempts", "latency_ms", "error"}``.
+
+    Attributes:
+        user_id: the probe's user_id.
+        steps: step name -> its outcome, in the order run.
+        wall_s: seconds the pre-flight took.
+    """
+
+    user_id: str
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def describe(self) -> dict[str, Any]:
+        """The report as plain data for run.json."""
+        return asdict(self)
+
+
+def probe_spec(spec: ParticipantSpec) -> ParticipantSpec:
+    """``spec`` with the pre-flight's retry policy and timeout (endpoints, auth and limits unchanged)."""
+    return spec.model_copy(update={"retry": PREFLIGHT_RETRY, "timeout_s": min(spec.timeout_s, PREFLIGHT_TIMEOUT_S),
+                                   "max_in_flight": 1, "requests_per_s": None})
+
+
+def _step(outcome: dict[str, Any], url: str) -> dict[str, Any]:
+    return {"url": url, "ok": outcome["status"] == "ok", "http_status": outcome.get("http_status"),
+            "attempts": outcome.get("attempts"), "latency_ms": outcome.get("latency_ms"),
+            "error": outcome.get("error")}
+
+
+async def _health(client: aiohttp.ClientSession, url: str, timeout_s: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        async with client.get(url, allow_redirects=False, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            status = resp.status
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        return {"url": url, "ok": False, "http_status": None, "attempts": 1,
+                "latency_ms": (time.perf_counter() - t0) * 1000, "error": f"{type(exc).__name__}: {exc}".rstrip(": ")}
+    return {"url": url, "ok": 200 <= status < 300, "http_status": status, "attempts": 1,
+            "latency_ms": (time.perf_counter() - t0) * 1000, "error": None if 200 <= status < 300 else f"HTTP {status}"}
+
+
+async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> PreflightReport:
+    user_id = f"eval:{run_id}:{dataset}:{PROBE_SAMPLE}"
+    report = PreflightReport(user_id=user_id)
+    t0 = time.perf_counter()
+    client = ParticipantClient(probe_spec(spec))
+
+    def fail(step: str, url: str, cause: str) -> PreflightFailed:
+        report.wall_s = round(time.perf_counter() - t0, 3)
+        return PreflightFailed(step, url, cause, report)
+
+    try:
+        if spec.health_url:  # unauthenticated GET, any 2xx (seed: "Authentication and Health")
+            async with aiohttp.ClientSession() as plain:
+                report.steps["health"] = step = await _health(plain, spec.health_url, probe_spec(spec).timeout_s)
+            if not step["ok"]:
+                raise fail("health", spec.health_url, step["error"])
+        add = AddRequest(request_id=f"{user_id}:chunk-0", user_id=user_id, session_id=f"{user_id}:session-1",
+                         messages=[{"role": "user", "timestamp": 1_700_000_000_000,
+                                    "content": f"aml-ray pre-flight probe for run {run_id}: the probe's colour is teal."}])
+        for step_name, url, call in (
+                ("add", spec.add_url, lambda: client.add(add)),
+                ("search", spec.search_url, lambda: client.search(
+                    SearchRequest(query="What colour is the probe?", user_id=user_id, top_k=min(top_k, 10)),
+                    ref=f"{user_id}:probe"))):
+            try:
+                outcome = await call()
+            except ContractError as exc:
+                report.steps[step_name] = {"url": url, "ok": False, "error": f"contract: field '{exc.field}': {exc.reason}"}
+                raise fail(step_name, url, f"the reply breaks the AML contract: field '{exc.field}': {exc.reason}") from None
+            except ParticipantError as exc:
+                report.steps[step_name] = {"url": url, "ok": False, "http_status": exc.status, "error": str(exc)}
+                raise fail(step_name, url, f"HTTP {exc.status} (not retried){': ' + exc.detail if exc.detail else ''}") from None
+            report.steps[step_name] = _step(outcome, url)
+            if outcome["status"] != "ok":
+                hint = "" if outcome.get("http_status") else " (no HTTP reply: is the participant running and reachable there?)"
+                raise fail(step_name, url, (outcome["error"] or "failed") + hint)
+    finally:
+        await client.aclose()
+    report.wall_s = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100) -> PreflightReport:
+    """Check the participant before any Add of the run: health (when ``spec.health_url``), one Add, one Search.
+
+    The Search must be a valid reply (any number of items up to Top K); whether it finds the probe is
+    not required here (read-your-write is a conformance check: ``aml-ray check``).
+
+    Args:
+        spec: the participant version (its secret stays in the client's headers, never in the report).
+        run_id / dataset: name the probe's user_id.
+        top_k: the run's Top K (the probe asks for at most 10).
+
+    Returns:
+        The :class:`PreflightReport` (for run.json).
+
+    Raises:
+        PreflightFailed: naming the step, the URL and the cause, after at most
+            :data:`PREFLIGHT_RETRY` ``.max_attempts`` attempts per request.
+    """
+    return asyncio.run(_run(spec, run_id, dataset, top_k))
