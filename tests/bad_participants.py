@@ -9,12 +9,14 @@ Modes (see :data:`MODES`): wrong echo, ``success`` as a string, top_k+1 items, u
 users / case-insensitive / prefix-suffix), writes visible 1 s after the Add's 200, duplicates on a
 repeated request_id, unstable ids, non-numeric or increasing score, unparsable created_at, refused
 timestamps, 5xx or 429 (with or without Retry-After) above capacity, errors for an unknown user, Health
-down, a key that is never compared.
+down, a key that is never compared, and two transient modes that are otherwise correct: every third
+Add/Search refused with 429 (``Retry-After: 0``) or 503.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import itertools
 import re
@@ -52,6 +54,8 @@ MODES: dict[str, str] = {
     "unknown_user_404": "Search for a user_id with no memories answers 404, echoing the Authorization header",
     "health_down": "GET /health answers 503",
     "accept_any_secret": "any key is accepted as long as the scheme is right",
+    "flaky_429": "every third Add/Search gets 429 with Retry-After: 0 (before auth; a body only once)",
+    "flaky_503": "every third Add/Search gets 503 (before auth; a body only once)",
 }
 _STOP = frozenset("a an and at did i is my of on the this to what when where which according".split())
 _WORD = re.compile(r"\w+")
@@ -72,7 +76,27 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
     counter = itertools.count()
     inflight = 0
     bursty = modes & {"burst_5xx", "burst_429", "burst_429_no_retry_after"}
+    flaky = modes & {"flaky_429", "flaky_503"}
+    refused_bodies: set[bytes] = set()  # flaky modes: bodies refused once, never refused again
+    requests_seen = itertools.count(1)
     app = FastAPI()
+    #: flaky modes: refusals sent, by status (what the tests compare the report's retry count with)
+    app.state.refused = collections.Counter()
+
+    def transient_refusal(body: bytes) -> JSONResponse | None:
+        """Flaky modes: refuse every third Add/Search, unless its exact body was refused before.
+
+        A retry resends the same bytes, so each refused request is served on its first retry, whatever
+        the order of concurrent requests: a client that retries never gives up.
+        """
+        if not flaky or next(requests_seen) % 3 or body in refused_bodies:
+            return None
+        refused_bodies.add(body)
+        if "flaky_429" in modes:
+            app.state.refused[429] += 1
+            return JSONResponse({"detail": "slow down"}, status_code=429, headers={"Retry-After": "0"})
+        app.state.refused[503] += 1
+        return JSONResponse({"detail": "temporarily unavailable"}, status_code=503)
 
     def auth_error(request: Request) -> JSONResponse | None:
         if not auth:
@@ -100,6 +124,9 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
                     headers = {} if "burst_429_no_retry_after" in modes else {"Retry-After": "1"}
                     return JSONResponse({"detail": "slow down"}, status_code=429, headers=headers)
                 await asyncio.sleep(0.03)  # lets concurrent requests pile up
+            refused = transient_refusal(await request.body())
+            if refused is not None:
+                return refused
             denied = auth_error(request)
             if denied is not None:
                 return denied
@@ -199,6 +226,11 @@ class BadParticipant:
 
     def __exit__(self, *exc: object) -> None:
         self._server.__exit__(*exc)
+
+    @property
+    def refused(self) -> collections.Counter:
+        """Transient refusals sent so far by status (``flaky_*`` modes; empty otherwise)."""
+        return self._server.app.state.refused
 
     def spec(self, **kw: Any) -> ParticipantSpec:
         """A ParticipantSpec for this server (with its auth and key unless overridden)."""

@@ -22,6 +22,7 @@ from aml_ray.conformance.checks import parse_created_at, percentile
 from aml_ray.conformance.probe import CheckOptions, Probe, RawReply, Tally
 from aml_ray.conformance.report import render
 from aml_ray.reference import ReferenceServer
+from aml_ray.retry import RetryPolicy
 from tests.bad_participants import MODES, BadParticipant
 
 SECRET = "conformance-s3cret-9f2c"
@@ -67,7 +68,9 @@ async def test_reference_passes_every_required_check(reference):
     assert got["auth"].outcome == "warn" and got["auth"].field == "auth"
     assert {n: o for n, o in outcomes(results).items() if n != "auth"} == {n: "pass" for n in NAMES if n != "auth"}
     assert exit_code(results) == 0
-    assert summary(results) == {"pass": 9, "fail": 0, "warn": 1, "total": 10, "blocking": [], "exit_code": 0}
+    assert summary(results) == {"pass": 9, "fail": 0, "warn": 1, "total": 10, "blocking": [], "exit_code": 0,
+                                "retries": 0, "retries_by_status": {}}
+    assert all(r.retries == 0 and r.retries_by_status == {} for r in results)
     assert "top_k=1 -> 1, top_k=3 -> 3 items" in got["top_k"].message
     assert "'2024-01-01T00:00:00.000Z'" in got["timestamps"].message
     limits = got["limits"]
@@ -151,7 +154,8 @@ async def test_ignoring_user_id_fails_isolation_and_unknown_user():
 
 
 def test_every_mode_is_covered():
-    covered = {m for modes, *_ in BROKEN for m in modes} | {"burst_429", "accept_any_secret", "leak_all"}
+    covered = {m for modes, *_ in BROKEN for m in modes} | {"burst_429", "accept_any_secret", "leak_all",
+                                                            "flaky_429", "flaky_503"}
     assert covered == set(MODES)
 
 
@@ -160,6 +164,62 @@ async def test_throttling_with_retry_after_passes_limits():
         (limits,) = await run_checks(bp.spec(), only=["limits"])
     assert limits.outcome == "pass" and limits.data["burst"] == 8
     assert "4x429 with Retry-After" in limits.message and "4x2xx" in limits.message
+    assert limits.retries == 0  # the burst above capacity is sent once: its 429s are what it measures
+
+
+# Transient refusals (429/503): retried as the run retries them, counted, never a failure ---------------
+SHORT_BACKOFF = CheckOptions(retry=RetryPolicy(max_attempts=3, backoff_base_s=0.01, backoff_max_s=0.05))
+
+
+@pytest.mark.parametrize("mode,status", [("flaky_429", "429"), ("flaky_503", "503")])
+async def test_transient_refusals_are_retried_and_counted_per_check(mode, status):
+    with BadParticipant(mode, auth="Bearer", secret=SECRET) as bp:
+        results = await run_checks(bp.spec(), options=SHORT_BACKOFF)
+        refused = sum(bp.refused.values())
+    assert outcomes(results) == {n: "pass" for n in NAMES}, [r for r in results if r.outcome != "pass"]
+    assert exit_code(results) == 0
+    assert refused > 0
+    # every refusal was retried once (a retry resends the same bytes, which this server serves)
+    assert sum(r.retries for r in results) == refused
+    for r in results:
+        assert r.retries == sum(r.retries_by_status.values())
+        assert set(r.retries_by_status) <= {status}
+    s = summary(results)
+    assert s["retries"] == refused and s["retries_by_status"] == {status: refused}
+    assert by_name(results)["limits"].data["burst_replies"] == "8x2xx"  # the burst itself is never retried
+
+
+async def test_a_request_given_up_on_counts_its_retries_not_its_last_failure():
+    with BadParticipant("unknown_user_500") as bp:
+        (unknown,) = await run_checks(bp.spec(), options=SHORT_BACKOFF, only=["unknown_user"])
+    assert (unknown.outcome, unknown.field) == ("fail", "status")  # 500 every time: retried, then a failure
+    assert "gave up after 3 attempts: HTTP 500" in unknown.message
+    assert (unknown.retries, unknown.retries_by_status) == (2, {"500": 2})
+
+
+def test_cli_passes_a_participant_that_refuses_transiently_and_reports_its_retries():
+    runner = CliRunner()
+    with BadParticipant("flaky_429", auth="Bearer", secret=SECRET) as bp:
+        args = cli_args(bp.base_url + "/add", bp.base_url + "/search", "--health-url", bp.base_url + "/health",
+                        "--auth", "Bearer", "--secret-env", "AML_CHECK_KEY", "--declared-max-in-flight", "4")
+        res = runner.invoke(app, args, env={"AML_CHECK_KEY": SECRET})
+        refused_text = bp.refused[429]
+        res_json = runner.invoke(app, [*args, "--json"], env={"AML_CHECK_KEY": SECRET})
+        refused_json = bp.refused[429] - refused_text
+    assert res.exit_code == 0, res.output
+    assert refused_text > 0
+    lines = res.output.splitlines()
+    assert lines[-1] == (f"10 checks: 10 pass, 0 warn, 0 fail; {refused_text} retries ({refused_text}x429); "
+                         "every required check passed; exit 0")
+    retried = [line for line in lines if line.endswith("x429)]")]
+    assert retried and all(line.startswith("PASS") for line in retried)
+    assert sum(int(line.rsplit("[", 1)[1].split()[0]) for line in retried) == refused_text
+    assert res_json.exit_code == 0, res_json.output
+    doc = json.loads(res_json.output)
+    assert doc["summary"]["retries"] == refused_json > 0
+    assert doc["summary"]["retries_by_status"] == {"429": refused_json}
+    assert sum(r["retries"] for r in doc["results"]) == refused_json
+    assert all(r["outcome"] == "pass" for r in doc["results"])
 
 
 @pytest.mark.parametrize("scheme", ["Token", "X-Api-Key"])
@@ -200,7 +260,7 @@ def test_cli_passes_against_reference_with_bearer_and_never_prints_the_secret(re
     lines = res.output.splitlines()
     for name in NAMES:
         assert sum(line.split()[1:2] == [name] for line in lines) == 1, name
-    assert lines[-1] == "10 checks: 10 pass, 0 warn, 0 fail; every required check passed; exit 0"
+    assert lines[-1] == "10 checks: 10 pass, 0 warn, 0 fail; no retries; every required check passed; exit 0"
     assert SECRET not in res.output
     res_json = runner.invoke(app, [*args, "--json"], env={"AML_CHECK_KEY": SECRET})
     assert res_json.exit_code == 0 and SECRET not in res_json.output
@@ -299,4 +359,4 @@ def test_report_prints_markup_like_text_verbatim(tmp_path: Path):
     text = (tmp_path / "out.txt").read_text().splitlines()
     assert text[0].split() == ["FAIL", "top_k", "data[3].score", "got", "[bold]x[/bold]", "->", "fix:",
                                "return", "a", "number"]
-    assert text[-1] == "1 checks: 0 pass, 0 warn, 1 fail; required checks failed: top_k; exit 1"
+    assert text[-1] == "1 checks: 0 pass, 0 warn, 1 fail; no retries; required checks failed: top_k; exit 1"

@@ -12,6 +12,11 @@ Command line::
 
 Exit codes: 0 every required check passed (warnings allowed), 1 a required check failed, 2 usage error.
 
+Retries: every Add and Search is retried as an evaluation retries it (the AML error table's retry sets,
+Retry-After honoured, bounded jittered backoff: :mod:`aml_ray.retry`), so a transient 429 or 503 never
+fails a check; each result says how many retries its check needed (``retries``, ``retries_by_status``)
+and the summary gives the total. Sent once: the Health GET and the limits check's burst.
+
 The battery, in order (what each sends; ``fail`` blocks unless noted):
 
 ==================  ===============================================================================

@@ -4,6 +4,11 @@ Every rule comes from the AML seed documents (``shared/seeds/aml_user_documentat
 "Add / Search contract", "Error handling", "Strict retrieval isolation"); each check's docstring names
 its source. A check sends only ids of the form ``check:<run>:<check>:...`` and never deletes anything.
 
+Every Add and Search is retried as the run retries it (AML seed, "Error handling": the retry sets, with
+bounded backoff; see :mod:`aml_ray.conformance.retries`), so a transient 429 or 503 is never a check's
+failure; the runner reports how many retries each check needed. Sent once: the Health GET and the limits
+check's burst above capacity.
+
 A check owns its rule and only its rule: checks that need a write use :meth:`Probe.add` (a contract
 error of the Add reply is the ``add_shape`` check's business) and a lenient Search (item rules are the
 ``top_k`` check's business), and they wait up to ``visibility_timeout_s`` for a write to show up (only
@@ -83,6 +88,9 @@ _NOT_RETURNED_FIX = ("make a persisted write retrievable by Search for the same 
 async def check_health(p: Probe) -> CheckResult:
     """Health: an unauthenticated GET answers 2xx.
 
+    Sent once, not retried: the error table's retry sets cover Add and Search, and the service's own
+    health check (:func:`aml_ray.security.check_health`) sends one GET too.
+
     Source: AML seed, "Authentication and Health": "Health is an unauthenticated GET where any 2xx
     means healthy."
     """
@@ -133,8 +141,9 @@ async def _wrong_key_search(p: Probe, wrong: ParticipantClient, query: str, user
 
 
 async def _no_key_search(p: Probe, query: str, user: str) -> str | None:
-    """None when a Search without credentials is refused with 401/403, else what happened."""
-    r = await p.raw.request("POST", p.spec.search_url, {"query": query, "user_id": user, "top_k": 3})
+    """None when a Search without credentials is refused with 401/403, else what happened (a transient
+    status is retried first, as for any Search)."""
+    r = await p.post(p.spec.search_url, {"query": query, "user_id": user, "top_k": 3})
     if r.status in (401, 403):
         return None
     if r.status is None:
@@ -486,6 +495,8 @@ async def check_limits(p: Probe) -> CheckResult:
 
     Above capacity, 429 with Retry-After is the right answer; 5xx or dropped connections are warnings.
     This check never fails (it is not required): it tells the participant what the platform will see.
+    The requests at the declared capacity are retried as the run retries them; the burst is sent once
+    (its replies are what this check measures).
 
     Source: AML seed, error table ("429 Rate or quota limit ... retried with bounds"; "500/502/503/504
     Transient service failure ... retries with backoff") and the declared capacity of a version.
@@ -500,6 +511,7 @@ async def check_limits(p: Probe) -> CheckResult:
     search_ms = [ms for ok, ms in searches if ok]
     burst = min(max(p.options.overload_factor * cap, cap + 1), p.options.overload_max)
     body = {"query": query, "user_id": user, "top_k": 10}
+    # sent once, never retried: 429 with Retry-After is a right answer to this burst
     replies = await asyncio.gather(*(p.raw.request("POST", p.spec.search_url, body, p.spec.auth_headers())
                                      for _ in range(burst)))
     tally = Tally()

@@ -41,7 +41,9 @@ def check_command(
 
     Runs, in order: health, auth, add_shape, read_your_write, top_k, isolation, idempotency,
     timestamps, limits (advisory), unknown_user. Every request uses fresh user ids
-    check:<random>:<check>:..., so real data is never touched; nothing is deleted.
+    check:<random>:<check>:..., so real data is never touched; nothing is deleted. Transient statuses
+    (429, 503...) are retried as an evaluation retries them; the report says how many retries each check
+    needed.
 
     Exit codes: 0 every required check passed (warnings allowed); 1 a required check failed;
     2 usage error (bad option, unset secret variable).

@@ -9,6 +9,11 @@ The probe owns:
   GET, requests without or with other credentials, a burst above the declared capacity (status and
   ``Retry-After`` of each reply), and a *lenient* Search that reads ``data`` without stopping at an item
   rule another check owns (so one broken rule makes one check fail, not all of them);
+- the retries: every Add and Search, raw ones included (:meth:`Probe.post`), is retried by the run's
+  rule (:mod:`aml_ray.retry`: the AML error table's retry sets, Retry-After, bounded jittered backoff)
+  and each retry is noted in :attr:`Probe.retries` (:mod:`aml_ray.conformance.retries`). Two kinds of
+  request are sent once: the Health GET (the retry sets cover Add and Search; the service's health
+  check sends one GET too) and the limits check's burst above capacity, whose 429s are what it measures;
 - the check's ids: ``check:<run>:<check>:<hex>`` user ids that never collide with real data and are
   never a prefix of one another (equal-length random suffixes). Nothing is ever deleted.
 """
@@ -25,8 +30,9 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec, body_bytes
+from aml_ray.conformance.retries import CountingRetryPolicy, RetryLog
 from aml_ray.contract import AddRequest, ContractError, Message, SearchRequest
-from aml_ray.retry import RetryPolicy
+from aml_ray.retry import SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,8 @@ class CheckOptions:
     Attributes:
         timeout_s: per-request timeout in seconds (the evaluation allows 30 minutes; a pre-flight
             should not wait that long).
-        retry: retry policy of the checks' ParticipantClient (bounded, short backoff).
+        retry: retry policy of every Add and Search the checks send (bounded, short backoff); what is
+            retried is the run's rule (:mod:`aml_ray.retry`).
         visibility_timeout_s: how long checks other than read-your-write wait for a write to show up
             in Search before they give up (seconds).
         poll_interval_s: interval between those Searches (seconds).
@@ -188,11 +195,15 @@ class Probe:
 
     Attributes:
         run: random tag of this battery run (in every id it sends).
+        retries: the retries made so far, by cause; the runner takes them after each check.
     """
 
     def __init__(self, spec: ParticipantSpec, options: CheckOptions):
         self.options = options
-        self.spec = spec.model_copy(update={"retry": options.retry,
+        self.retries = RetryLog()
+        # every client made from self.spec (a wrong-key copy too) notes its retries in self.retries
+        policy = CountingRetryPolicy.wrapping(options.retry, self.retries)
+        self.spec = spec.model_copy(update={"retry": policy,
                                             "timeout_s": min(spec.timeout_s, options.timeout_s)})
         self.secret = spec.secret.get_secret_value() if spec.secret else None
         self.run = secrets.token_hex(4)
@@ -266,10 +277,43 @@ class Probe:
         req = SearchRequest(query=query, user_id=user_id, top_k=top_k)
         return await (client or self.client).search(req, f"check:{self.run}:search")
 
+    async def post(self, url: str, payload: dict[str, Any], headers: dict[str, str] | None = None, *,
+                   retry_statuses: frozenset[int] = SEARCH_RETRY_STATUSES) -> RawReply:
+        """POST through :class:`RawHTTP`, retrying as the run does (same bytes each time); never raises.
+
+        A reply whose status is in ``retry_statuses``, or a transport failure, is retried by the probe's
+        policy (Retry-After honoured, bounded jittered backoff); each retry is noted in :attr:`retries`.
+
+        Args:
+            url: the endpoint.
+            payload: the JSON body.
+            headers: extra headers (credentials only when the check means to send them).
+            retry_statuses: the AML error table's retry set of the endpoint (default Search's).
+
+        Returns:
+            The last reply: the first that is not transient, or the last transient one when the policy
+            gave up.
+        """
+        reply: RawReply | None = None
+        try:
+            async for attempt in self.spec.retry.retrying():
+                with attempt:
+                    reply = await self.raw.request("POST", url, payload, headers)
+                    if reply.status is None:
+                        raise TransientError(reply.error or "transport failure")
+                    if reply.status in retry_statuses:
+                        raise TransientError(f"HTTP {reply.status}", reply.status,
+                                             parse_retry_after(reply.retry_after))
+        except TransientError:
+            pass  # the policy gave up: the last reply says why
+        assert reply is not None
+        return reply
+
     async def search(self, query: str, user_id: str, top_k: int = 10) -> SearchReply:
-        """A lenient Search (raw): items with string id/content, ignoring rules other checks own."""
+        """A lenient Search (raw, retried as the run does): items with string id/content, ignoring rules
+        other checks own."""
         body = SearchRequest(query=query, user_id=user_id, top_k=top_k).to_body()
-        r = await self.raw.request("POST", self.spec.search_url, body, self.spec.auth_headers())
+        r = await self.post(self.spec.search_url, body, self.spec.auth_headers())
         if r.status is None:
             return SearchReply(None, None, f"no reply ({r.failure()})")
         data = r.body.get("data") if isinstance(r.body, dict) else None

@@ -32,6 +32,10 @@ class CheckResult:
         required: whether a ``fail`` of this check blocks (exit code 1, smoke stops).
         elapsed_ms: wall time of the check in milliseconds.
         data: machine-readable numbers for the report (latency percentiles, status counts).
+        retries: how many requests of the check were sent again by the run's retry rule (a transient
+            status or transport failure, :mod:`aml_ray.conformance.retries`); never changes the outcome.
+        retries_by_status: ``retries`` by cause: the HTTP status as a string (``"429"``) or the
+            transport failure's class name (``"ReadTimeout"``).
     """
 
     name: str
@@ -42,6 +46,8 @@ class CheckResult:
     required: bool = True
     elapsed_ms: float = 0.0
     data: dict[str, Any] = field(default_factory=dict)
+    retries: int = 0
+    retries_by_status: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

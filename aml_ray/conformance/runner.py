@@ -7,8 +7,10 @@ Entry points:
 - :func:`run_checks_sync` -- the same from synchronous code.
 
 Each check runs once, in battery order, with a wall-time bound; a check that crashes or times out is
-recorded as a failure of that check and the battery goes on. The participant's secret is redacted from
-every message before the results are returned.
+recorded as a failure of that check and the battery goes on. Transient statuses are retried as the run
+retries them (:mod:`aml_ray.conformance.retries`); each result says how many retries its check needed,
+and :func:`summary` gives the total. The participant's secret is redacted from every message before the
+results are returned.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Iterable
 
 from aml_ray.actors.participant import ParticipantSpec
@@ -35,6 +38,7 @@ def _redact(result: CheckResult, secret: str | None) -> CheckResult:
 
 
 async def _run_one(check: Check, probe: Probe) -> CheckResult:
+    probe.retries.take()  # retries of this check only
     t0 = time.perf_counter()
     limit = probe.options.check_timeout_s
     try:
@@ -45,7 +49,9 @@ async def _run_one(check: Check, probe: Probe) -> CheckResult:
     except Exception as exc:  # noqa: BLE001 - a crashed check is that check's failure, not the battery's
         result = failed(check.name, "", f"the check could not run: {type(exc).__name__}: {str(exc)[:200]}",
                         "make sure the Add and Search URLs are reachable and answer HTTP")
-    return dataclasses.replace(result, required=check.required, elapsed_ms=(time.perf_counter() - t0) * 1000)
+    retried = probe.retries.take()
+    return dataclasses.replace(result, required=check.required, elapsed_ms=(time.perf_counter() - t0) * 1000,
+                               retries=sum(retried.values()), retries_by_status=retried)
 
 
 async def run_checks(spec: ParticipantSpec, *, options: CheckOptions | None = None,
@@ -88,8 +94,22 @@ def exit_code(results: list[CheckResult]) -> int:
     return EXIT_FAILED if any(r.blocking for r in results) else EXIT_OK
 
 
+def retries_by_status(results: list[CheckResult]) -> dict[str, int]:
+    """The retries of all checks by cause (``{"429": 3, "503": 1}``), causes sorted."""
+    total: Counter[str] = Counter()
+    for r in results:
+        total.update(r.retries_by_status)
+    return dict(sorted(total.items()))
+
+
 def summary(results: list[CheckResult]) -> dict[str, object]:
-    """Counts by outcome, the blocking checks and the exit code, as a JSON-ready dict."""
+    """Counts by outcome, the blocking checks, the exit code and the retries, as a JSON-ready dict.
+
+    Returns:
+        ``{"pass", "fail", "warn", "total", "blocking": [names], "exit_code", "retries": total,
+        "retries_by_status": {cause: count}}``.
+    """
     counts = {o: sum(r.outcome == o for r in results) for o in ("pass", "fail", "warn")}
     return {**counts, "total": len(results), "blocking": [r.name for r in results if r.blocking],
-            "exit_code": exit_code(results)}
+            "exit_code": exit_code(results), "retries": sum(r.retries for r in results),
+            "retries_by_status": retries_by_status(results)}
