@@ -81,6 +81,7 @@ QUESTION_SCHEMA = pa.schema([
     # judge and lexical metrics
     ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
     ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())),
+    ("judge_raw_all", pa.list_(pa.string())),  # every judge reply of every ask, in order (issue 24)
     ("score", pa.float64()), ("score_detail", pa.string()), ("f1", pa.float64()),
     ("bleu1", pa.float64()), ("status", pa.string()),
 ])

@@ -23,11 +23,18 @@ def script(prompt: str, n: int) -> Reply:
         answer = prompt.split("Generated answer: ")[1].split("\n")[0]
         if answer.startswith("Unsure"):
             return Reply("I cannot tell; it might be right or wrong.")  # no label, ever -> judge_error
+        if answer.startswith("Off") and n == 0:
+            return Reply("The answer is INCORRECT.")  # a plain negative: WRONG, never asked again
         return Reply('Matches.\n```json\n{"label": "correct"}\n```')
     question = prompt.split("Question: ")[-1].split("\n")[0]
     if n == 0 and len(question) % 3 == 0:
         return Reply(status=429, headers={"Retry-After": "0"})  # every third question is throttled once
-    return Reply("Unsure" if "when" in question.lower() else "An answer")
+    return Reply("Unsure" if "when" in question.lower() else "Off the mark" if judged_off(question) else "An answer")
+
+
+def judged_off(question: str) -> bool:
+    """The questions whose answer the judge calls INCORRECT (a re-ask would say CORRECT)."""
+    return "when" not in question.lower() and question.lower().startswith("what")
 
 
 def test_locomo_on_the_model_path(tmp_path, locomo_file):
@@ -44,15 +51,24 @@ def test_locomo_on_the_model_path(tmp_path, locomo_file):
     q = result.questions.filter(~pl.col("excluded"))
     when = q.filter(pl.col("question").str.to_lowercase().str.contains("when"))
     assert q.height == 152 and when.height > 0
-    # "when" questions get an answer the judge cannot label: bounded re-asks, then judge_error
+    # "when" questions get an answer the judge cannot label: bounded re-asks, then judge_error; all three
+    # replies stay in the evidence
     assert when["status"].unique().to_list() == ["judge_error"]
     assert when["judge_attempts"].to_list() == [3] * when.height
-    others = q.filter(~pl.col("question").str.to_lowercase().str.contains("when"))
+    # an explicit negative is WRONG at once: one ask, that reply kept, no re-ask turning it CORRECT
+    off = q.filter(pl.col("question").map_elements(judged_off, return_dtype=pl.Boolean))
+    assert off.height > 0 and off["status"].unique().to_list() == ["scored"]
+    assert off["verdict"].unique().to_list() == ["WRONG"] and off["judge_attempts"].unique().to_list() == [1]
+    assert when["judge_raw_all"].to_list() == [["I cannot tell; it might be right or wrong."] * 3] * when.height
+    assert off["judge_raw_all"].to_list() == [["The answer is INCORRECT."]] * off.height
+    others = q.filter(~pl.col("question").str.to_lowercase().str.contains("when")
+                      & ~pl.col("question").map_elements(judged_off, return_dtype=pl.Boolean))
     assert others["status"].unique().to_list() == ["scored"] and others["verdict"].unique().to_list() == ["CORRECT"]
+    assert others["judge_raw_all"].list.len().unique().to_list() == [1]
     throttled = q.filter(pl.col("answer_attempts") == 2)
     assert throttled.height > 0 and throttled.height == q.filter(pl.col("question").str.len_chars() % 3 == 0).height
     overall = result.table.filter(pl.col("category") == "overall").to_dicts()[0]
-    assert overall["coverage"] == pytest.approx(others.height / 152) and overall["coverage"] < 1
+    assert overall["coverage"] == pytest.approx((others.height + off.height) / 152) and overall["coverage"] < 1
     assert overall["accuracy"] == pytest.approx(others.height / 152)  # judge errors count as wrong
     assert overall["n_errors"] == when.height
     info = result.run_info

@@ -30,8 +30,14 @@ from aml_ray.scoring import JudgeParseError, parse_judge_label
         ('label = "WRONG"', "WRONG"),
         ("CORRECT", "CORRECT"),
         ("wrong.", "WRONG"),
-        # prose that mentions both words does not matter once a structured label is present
-        ('It is not WRONG to call it CORRECT here.\n{"label": "CORRECT"}', "CORRECT"),
+        # words that are not a verdict on the answer do not count against the label
+        ('The correct answer is Paris; the generated one says Paris.\n{"label": "CORRECT"}', "CORRECT"),
+        ('The correct answer is Paris; the generated one says Rome.\n{"label": "WRONG"}', "WRONG"),
+        ('Nothing wrong with the date format.\n{"label": "CORRECT"}', "CORRECT"),
+        ('The answer would be wrong if the year mattered; it does not.\n{"label": "CORRECT"}', "CORRECT"),
+        # a verdict in prose that agrees with the label
+        ('The generated answer is correct.\n{"label": "CORRECT"}', "CORRECT"),
+        ('The generated answer is wrong: it names 2022.\n{"label": "WRONG"}', "WRONG"),
         # repeated identical labels agree
         ('{"label": "WRONG"}\n{"label": "WRONG"}', "WRONG"),
     ],
@@ -48,17 +54,72 @@ def test_accepted_forms(reply, expected):
         "The label is correct.",
         "I cannot decide.",
         '{"label": "CORRECT" or "WRONG"}',
-        '{"label": "INCORRECT"}',
         '{"label": "PARTIAL"}',
         '{"label": true}',
         '{"answer": "CORRECT"}',
         '{"label": "CORRECT"}\n{"label": "WRONG"}',
         "label: CORRECT\nlabel: WRONG",
-        "INCORRECT",
+        # a positive verdict only in prose is not a label: asked again, never guessed
+        "The answer is correct.",
+        "Correct. Same city.",
+        # a hedge is not an explicit verdict
+        "I cannot tell; it might be right or wrong.",
+        "It could be incorrect.",
+        "The answer is probably wrong.",
     ],
 )
 def test_ambiguous_or_unlabelled_replies_raise(reply):
     with pytest.raises(JudgeParseError):
+        parse_judge_label(reply)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "The answer is INCORRECT.",
+        "WRONG",
+        "label: wrong",
+        "Incorrect",
+        "incorrect.",
+        "NOT CORRECT",
+        "not correct",
+        '{"label":"WRONG"}',
+        '{"label": "INCORRECT"}',
+        '{"label": "not correct"}',
+        "label: INCORRECT",
+        "It's incorrect.",
+        "The answer isn't correct.",
+        "The answer is not entirely correct.",
+        "The answer is clearly wrong.",
+        "Verdict: INCORRECT",
+        "**Incorrect** - the gold says May.",
+        "Wrong. The gold says May, the answer says June.",
+        'The answer is incorrect.\n{"label": "WRONG"}',
+    ],
+)
+def test_explicit_negative_is_wrong(reply):
+    """Issue 24: a negative verdict in any form is WRONG at once, never a parse error to re-ask."""
+    assert parse_judge_label(reply) == "WRONG"
+
+
+@pytest.mark.parametrize(
+    ("reply", "problem"),
+    [
+        ('label: WRONG\n{"label": "CORRECT"}', "conflicting"),
+        ('{"label": "CORRECT"}\nlabel: incorrect', "conflicting"),
+        ('The answer is incorrect.\n{"label": "CORRECT"}', "conflicting"),
+        ("The answer is CORRECT. On reflection, the answer is INCORRECT.", "conflicting"),
+        ("Incorrect.\nlabel: CORRECT", "conflicting"),
+        ('The answer is correct.\n{"label": "WRONG"}', "conflicting"),
+        ("not incorrect", "double negative"),
+        ("The answer is not incorrect.", "double negative"),
+        ("It is not WRONG to call it CORRECT here.\n{\"label\": \"CORRECT\"}", "double negative"),
+        ('{"label": "NOT WRONG"}', "double negative"),
+        ("The answer isn't wrong.", "double negative"),
+    ],
+)
+def test_conflicting_verdicts_raise(reply, problem):
+    with pytest.raises(JudgeParseError, match=problem):
         parse_judge_label(reply)
 
 

@@ -1,11 +1,17 @@
 """Judge stage: the judge model (or the offline lexical judge), plus token F1 and BLEU-1.
 
 Judge robustness (DESIGN.md "Scoring contracts"): replies are parsed leniently
-(:func:`aml_ray.scoring.parse_judge_label`); an unparsable or empty reply is asked again, bypassing the
-reply cache, up to ``max_parse_retries`` times, then recorded as ``judge_error``. A run never aborts on
-judge output and no question leaves the denominator. With ``judge_runs > 1`` every answer is judged
+(:func:`aml_ray.scoring.parse_judge_label`); an explicit negative in any form ("The answer is
+INCORRECT.") is WRONG at once, while an unparsable, conflicting or empty reply is asked again, bypassing
+the reply cache, up to ``max_parse_retries`` times, then recorded as ``judge_error``. A run never aborts
+on judge output and no question leaves the denominator. With ``judge_runs > 1`` every answer is judged
 that many times (runs after the first bypass the cache); ``verdict`` is the first run's and
 ``judge_verdicts`` holds all of them, for a mean and standard deviation of accuracy.
+
+Evidence of the replies (issue 24: a re-ask once hid the negative reply it replaced): ``judge_raw`` is the
+first run's last reply (the one ``verdict`` was read from), ``judge_raw_all`` every reply text of every
+ask of every run, in the order asked; an empty reply or a failed call adds no text (``judge_attempts``
+counts every call).
 """
 
 from __future__ import annotations
@@ -34,19 +40,26 @@ def golds_of(gold_json: str) -> list[str]:
 
 
 async def _judge_once(rows: list[dict[str, Any]], model, prompt: Prompt, max_parse_retries: int,
-                      first_uses_cache: bool) -> list[tuple[str | None, str | None, str | None, int]]:
-    """One judging run: ``(label, raw, error, attempts)`` per row."""
+                      first_uses_cache: bool) -> list[tuple[str | None, str | None, str | None, int, list[str]]]:
+    """One judging run: ``(label, raw, error, attempts, replies)`` per row; ``replies`` holds every reply
+    text that came back, in the order asked."""
     texts = [prompt.render(question=r["question"], gold=" | ".join(golds_of(r["gold"])), answer=r["answer"])
              for r in rows]
-    got = await ask_until_parsed(model, texts, lambda text, _: parse_judge_label(text), prompt_sha256=prompt.sha256,
-                                 max_tokens=JUDGE_MAX_TOKENS, max_parse_retries=max_parse_retries,
-                                 first_uses_cache=first_uses_cache)
-    return [(g["value"], g["raw"], g["error"], g["attempts"]) for g in got]
+    replies: list[list[str]] = [[] for _ in rows]
+
+    def parse(text: str, i: int) -> str:
+        replies[i].append(text)
+        return parse_judge_label(text)
+
+    got = await ask_until_parsed(model, texts, parse, prompt_sha256=prompt.sha256, max_tokens=JUDGE_MAX_TOKENS,
+                                 max_parse_retries=max_parse_retries, first_uses_cache=first_uses_cache)
+    return [(g["value"], g["raw"], g["error"], g["attempts"], replies[i]) for i, g in enumerate(got)]
 
 
 async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,
                      f1_rule: str = "token", max_parse_retries: int = 2, judge_runs: int = 1) -> None:
-    """Fill verdict, lexical metrics and the final ``status`` of question rows, in place.
+    """Fill verdict, judge replies (``judge_raw``, ``judge_raw_all``), lexical metrics and the final
+    ``status`` of question rows, in place.
 
     Args:
         rows: question rows after Answer.
@@ -68,16 +81,17 @@ async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mod
     if endpoint.offline:
         for r in answered:
             label, why = lexical_verdict(r["answer"], json.loads(r["gold"]))
-            r.update(verdict=label, judge_raw=why, judge_status="ok", judge_attempts=1, judge_error=None,
-                     judge_verdicts=[label])
+            r.update(verdict=label, judge_raw=why, judge_raw_all=[why], judge_status="ok", judge_attempts=1,
+                     judge_error=None, judge_verdicts=[label])
     elif answered:
         runs = [await _judge_once(answered, model, prompt, max_parse_retries, first_uses_cache=(n == 0))
                 for n in range(judge_runs)]
         for i, r in enumerate(answered):
-            label, raw, error, attempts = runs[0][i]
+            label, raw, error, _, _ = runs[0][i]
             r.update(verdict=label, judge_raw=raw, judge_error=error, judge_status="ok" if label else "error",
                      judge_attempts=sum(run[i][3] for run in runs),
-                     judge_verdicts=[run[i][0] or "judge_error" for run in runs])
+                     judge_verdicts=[run[i][0] or "judge_error" for run in runs],
+                     judge_raw_all=[reply for run in runs for reply in run[i][4]])
     for r in rows:
         if r["answer_status"] == "ok":
             golds = golds_of(r["gold"])
