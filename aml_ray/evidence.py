@@ -419,6 +419,19 @@ def _read_dir(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = N
     return _read_dir_files(sorted(folder.glob("*.parquet")), schema, columns)
 
 
+def _read_file(path: Path, schema: pa.Schema) -> pa.Table:
+    """One evidence file as ``schema``; a column the file predates (evidence of an earlier aml-ray, e.g.
+    ``judge_raw_all``) is read as nulls, so older runs stay readable for resume, rejudge and reports."""
+    present = set(pq.read_schema(path).names)
+    table = pq.read_table(path, columns=[n for n in schema.names if n in present])
+    missing = [f for f in schema if f.name not in present]
+    if missing:
+        columns = {name: table.column(name) for name in table.column_names}
+        columns.update((f.name, pa.nulls(table.num_rows, f.type)) for f in missing)
+        table = pa.Table.from_arrays([columns[f.name] for f in schema], names=schema.names)
+    return table.cast(schema)
+
+
 def _read_dir_files(files: list[Path], schema: pa.Schema, columns: Sequence[str] | None = None) -> pl.DataFrame:
     import polars as pl
 
@@ -432,7 +445,7 @@ def _read_dir_files(files: list[Path], schema: pa.Schema, columns: Sequence[str]
     tables = []
     for f in files:
         try:
-            tables.append(pq.read_table(f, columns=list(schema.names)).cast(schema))
+            tables.append(_read_file(f, schema))
         except (pa.ArrowInvalid, OSError) as exc:
             raise EvidenceError(f"evidence file {f} is damaged ({exc}); restore it or start a new run "
                                 "directory, nothing was changed") from exc
