@@ -5,6 +5,11 @@ Rule: memories are taken in the participant's order and kept while the running t
 budget and every memory after it are cut. The number cut is recorded in evidence (``memories_cut``) and
 the kept tokens are an output metric (``context_tokens``). Memories are never reordered or rewritten.
 
+A memory whose text alone is longer than ``MAX_CHARS_PER_TOKEN`` characters per token left in the budget
+cannot fit (no token is longer, :mod:`aml_ray.tokens`), so it is cut on its length before it is tokenised:
+a participant may return a memory of millions of characters, and the cut is the one the token count would
+make (issue 24).
+
 Multimodal: a memory returned as parts is counted as the tokens of its text (the image markers
 ``<image media:<sha256>>`` removed) plus, for each image, ``image_tokens(ref)``: the suite's estimate
 (:func:`aml_ray.media.image_token_counter`: OpenAI's high-detail tile rule, or a fixed number per image).
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX
-from aml_ray.tokens import count_tokens
+from aml_ray.tokens import count_tokens, min_tokens
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,11 @@ def memory_line(memory: dict[str, Any]) -> str:
     return f"[{created}] {memory['content']}" if created else str(memory["content"])
 
 
+def _text_of(line: str, memory: dict[str, Any]) -> str:
+    """The prompt line without its image markers (a memory with parts), else the line."""
+    return IMAGE_MARKER.sub("", line) if memory.get("parts") else line
+
+
 def memory_tokens(memory: dict[str, Any], model: str,
                   image_tokens: Callable[[str], int] | None = None) -> int:
     """Tokens of one memory's prompt line; images by ``image_tokens`` (see the module rule).
@@ -54,12 +64,13 @@ def memory_tokens(memory: dict[str, Any], model: str,
         return count_tokens(line, model)
     if image_tokens is None:
         raise ValueError("a memory holds images but the answer context has no image token estimate")
-    return count_tokens(IMAGE_MARKER.sub("", line), model) + sum(image_tokens(MEDIA_PREFIX + r) for r in refs)
+    return count_tokens(_text_of(line, memory), model) + sum(image_tokens(MEDIA_PREFIX + r) for r in refs)
 
 
 def fit_context(memories: list[dict[str, Any]], budget_tokens: int, model: str,
                 image_tokens: Callable[[str], int] | None = None) -> AnswerContext:
-    """Keep memories in order while they fit in ``budget_tokens`` (see the module rule).
+    """Keep memories in order while they fit in ``budget_tokens`` (see the module rule); a memory too long
+    to fit by its characters is cut without being tokenised.
 
     Args:
         memories: retrieved memories, participant order.
@@ -74,6 +85,8 @@ def fit_context(memories: list[dict[str, Any]], budget_tokens: int, model: str,
         raise ValueError(f"context budget must be >= 1 token, got {budget_tokens}")
     kept, total = [], 0
     for m in memories:
+        if total + min_tokens(_text_of(memory_line(m), m)) > budget_tokens:
+            break
         n = memory_tokens(m, model, image_tokens)
         if total + n > budget_tokens:
             break

@@ -1,8 +1,22 @@
-"""Token counting with OpenAI's BPE encodings, offline.
+"""Token counting with OpenAI's BPE encodings, offline, for texts of any length.
 
 Uses ``bpe-openai`` (tiktoken-compatible API and the same BPE encodings, with the vocabularies shipped
 inside the package). tiktoken itself downloads its vocabulary files at first use, which an air-gapped
 evaluation cluster cannot do.
+
+Rules (participant text is counted as it comes, so nothing in it may stop a run):
+
+- Text that looks like a special token (``<|endoftext|>``) is counted as ordinary text, as the model API
+  counts a message's content; ``bpe-openai``, like tiktoken, raises on it by default.
+- ``bpe-openai`` refuses one encode of 1,000,000 characters or more, or of more than 200,000 tokens
+  (``bpe_openai/tokenizer.py``). A text longer than :data:`PIECE_CHARS` is encoded in pieces cut just
+  before a space that follows a non-space character. Both encodings' pre-tokenizer patterns split there
+  anyway (no pattern matches a non-space followed by a space), and BPE runs on each pre-token alone, so
+  the sum of the pieces is the whole text's count. A piece with no such space (one word of 50,000
+  characters) is cut at :data:`PIECE_CHARS`, and its count may differ from the whole text's by a token.
+- :data:`MAX_CHARS_PER_TOKEN` bounds the characters of one token, so a text of ``n`` characters has at
+  least ``ceil(n / MAX_CHARS_PER_TOKEN)`` tokens: callers with a token budget cut a text that cannot fit
+  on its length alone, before tokenising it (:func:`min_tokens`, :func:`aml_ray.context.fit_context`).
 """
 
 from __future__ import annotations
@@ -12,6 +26,17 @@ from functools import lru_cache
 import bpe_openai
 
 DEFAULT_ENCODING = "o200k_base"  # gpt-4o / gpt-4o-mini / gpt-4.1 family
+
+#: The longest token of o200k_base and cl100k_base, in UTF-8 bytes (runs of 128 spaces or dashes); a
+#: character is at least one byte, so no token holds more characters (checked by
+#: ``tests/test_long_memory.py::test_every_token_is_at_most_max_chars_per_token_characters``).
+MAX_CHARS_PER_TOKEN = 128
+#: Characters per encode call at most: a character is at most 4 UTF-8 bytes and a token at least one
+#: byte, so a piece is under both of ``bpe-openai``'s limits (1,000,000 characters, 200,000 tokens).
+PIECE_CHARS = 50_000
+#: Texts up to this many characters are cached (see :func:`_count`); longer ones are encoded each time,
+#: so the cache holds at most 4,096 x 16,384 characters.
+CACHED_CHARS = 16_384
 
 
 @lru_cache(maxsize=16)
@@ -24,8 +49,17 @@ def encoding_for(model: str):
 
 
 def count_tokens(text: str, model: str = "gpt-4o-mini") -> int:
-    """Number of tokens of ``text`` in ``model``'s encoding (0 for empty text)."""
-    return _count(text, model) if text else 0
+    """Number of tokens of ``text`` in ``model``'s encoding (0 for empty text); any length, any content
+    (see the module rules)."""
+    if not text:
+        return 0
+    return _count(text, model) if len(text) <= CACHED_CHARS else _count_pieces(text, model)
+
+
+def min_tokens(text: str) -> int:
+    """A lower bound of ``text``'s tokens in any encoding we use, from its length alone:
+    ``ceil(len(text) / MAX_CHARS_PER_TOKEN)``."""
+    return -(-len(text) // MAX_CHARS_PER_TOKEN)
 
 
 @lru_cache(maxsize=4096)
@@ -34,4 +68,24 @@ def _count(text: str, model: str) -> int:
     # system: each of a sample's ~40 chunks comes back to most of its ~200 questions), and encoding is
     # about 10 us per 100-character memory, the Answer stage's largest cost per question (measured);
     # 4,096 entries hold every memory of the samples in flight.
-    return len(encoding_for(model).encode(text))
+    return _count_pieces(text, model)
+
+
+def _count_pieces(text: str, model: str) -> int:
+    enc = encoding_for(model)
+    return sum(len(enc.encode(piece, disallowed_special=())) for piece in _pieces(text))
+
+
+def _pieces(text: str):
+    """``text`` in consecutive pieces of at most :data:`PIECE_CHARS` characters (see the module rule)."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        end = start + PIECE_CHARS
+        cut = text.rfind(" ", start + 1, end + 1)
+        while cut > start and text[cut - 1].isspace():
+            cut = text.rfind(" ", start + 1, cut)
+        if cut <= start:
+            cut = end
+        yield text[start:cut]
+        start = cut
+    yield text[start:]

@@ -3,16 +3,39 @@
 The command prints exactly one line ``READY http://host:port`` to stdout once it is listening (with
 ``--port 0`` the OS picks a free port). The secret is read from an environment variable, never from argv,
 so it does not show up in process listings.
+
+Dying with the driver (issue 24): a server started by :class:`ReferenceServer` must not outlive the
+process that started it, even one killed with SIGKILL (no ``stop()``, no ``finally``), or it keeps holding
+its port and its SQLite file. The child does it itself, two ways, both set up first thing in :func:`main`:
+
+- ``--parent-pid PID``: a watchdog thread checks every :data:`PARENT_POLL_S` s that ``os.getppid()`` is
+  still ``PID``. ``getppid()`` is the parent *process* (its thread group), which changes only when the
+  whole driver is gone (the server is then re-parented to init or a subreaper); the server then sends
+  itself SIGTERM (uvicorn's graceful exit) and exits hard :data:`ORPHAN_GRACE_S` s later if still up.
+  Portable, and right whichever thread started the server.
+- ``--pdeathsig`` (Linux): ``prctl(PR_SET_PDEATHSIG, SIGTERM)``, so the kernel signals the server at
+  once. prctl(2): the signal is sent when the parent *thread* that created the child exits, not the
+  parent process. :class:`ReferenceServer` therefore asks for it only when ``start()`` runs on the
+  driver's main thread, which lives as long as the driver process (the interpreter's shutdown runs on
+  it); a server started from another thread (a thread pool's worker) relies on the watchdog alone, so
+  it is not killed when that thread ends. It is set in the child after exec rather than in a
+  ``preexec_fn`` (which is unsafe in a process with threads, as a Ray driver is); the setting survives
+  exec, and the ``getppid()`` check after it covers a driver that died before it was set.
+
+The server stays in the driver's process group, so Ctrl-C in a terminal reaches it as before.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -22,6 +45,12 @@ import httpx
 #: Environment variable through which :class:`ReferenceServer` passes the secret to its subprocess.
 SECRET_ENV = "AML_REFERENCE_SECRET"
 DB_NAME = "reference.sqlite3"
+#: Seconds between the watchdog's checks that the driver is still the server's parent.
+PARENT_POLL_S = 0.2
+#: Seconds an orphaned server has for its graceful exit (SIGTERM) before it exits hard.
+ORPHAN_GRACE_S = 5.0
+#: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
+PR_SET_PDEATHSIG = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +75,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default=None,
                    help="inject faults (chaos participant), e.g. '429=0.05,503=0.05,drop=0.02,seed=1'; "
                         "see aml_ray.reference.chaos")
+    p.add_argument("--parent-pid", type=int, default=None,
+                   help="exit once process PID is no longer this server's parent (its driver died); "
+                        f"checked every {PARENT_POLL_S} s")
+    p.add_argument("--pdeathsig", action="store_true",
+                   help="with --parent-pid, on Linux: also PR_SET_PDEATHSIG=SIGTERM; only when the thread "
+                        "that started this process lives as long as its process (prctl(2))")
     return p
+
+
+def _set_pdeathsig(sig: int) -> bool:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` through libc; False where it is not available (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(ORPHAN_GRACE_S)
+    os._exit(1)
+
+
+def die_with_parent(parent_pid: int, pdeathsig: bool) -> bool:
+    """Make this process exit when ``parent_pid`` dies (see the module docstring).
+
+    Args:
+        parent_pid: the driver's pid, as the driver saw it (``os.getpid()``).
+        pdeathsig: also arm ``PR_SET_PDEATHSIG`` (Linux; only when the driver started this process from
+            its main thread).
+
+    Returns:
+        False when ``parent_pid`` is already not the parent (the driver died before this ran); else True,
+        with the watchdog thread started.
+    """
+    if pdeathsig:
+        _set_pdeathsig(signal.SIGTERM)
+    if os.getppid() != parent_pid:
+        return False
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watchdog", daemon=True).start()
+    return True
 
 
 async def _serve(app, sock: socket.socket, log_level: str) -> None:
@@ -76,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         The process exit status.
     """
     args = build_parser().parse_args(argv)
+    if args.parent_pid is not None and not die_with_parent(args.parent_pid, args.pdeathsig):
+        print(f"error: parent process {args.parent_pid} is gone", file=sys.stderr)
+        return 1
     auth = None if args.auth == "none" else args.auth
     secret = os.environ.get(args.secret_env) if auth else None
     if auth and not secret:
@@ -117,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class ReferenceServer:
-    """The reference memory system as a subprocess on a free loopback port.
+    """The reference memory system as a subprocess on a free loopback port, which dies with this process
+    (even a SIGKILLed one: see the module docstring).
 
     Usage::
 
@@ -205,7 +282,9 @@ class ReferenceServer:
                             f"{self._stderr_tail()}")
 
     def start(self) -> ReferenceServer:
-        """Start the subprocess and wait until ``GET /health`` answers 200.
+        """Start the subprocess and wait until ``GET /health`` answers 200. The subprocess exits when this
+        process does (a watchdog on its parent pid; ``PR_SET_PDEATHSIG`` too when called on the main
+        thread).
 
         Returns:
             self.
@@ -223,6 +302,9 @@ class ReferenceServer:
             cmd += ["--faults", self.faults]
         if self.multimodal:
             cmd.append("--multimodal")
+        cmd += ["--parent-pid", str(os.getpid())]
+        if threading.current_thread() is threading.main_thread():
+            cmd.append("--pdeathsig")  # prctl(2) follows the starting thread: see the module docstring
         env = dict(os.environ)
         env.pop(SECRET_ENV, None)
         if self.auth is not None:
