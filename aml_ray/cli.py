@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -27,9 +28,14 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 REFERENCE_PREFIX = "reference:"
 STAGES = ("add", "search", "answer", "judge")
+#: Exit codes of ``aml-ray run`` (README, "Exit codes"): the run completed; the run failed (the participant
+#: or the contract stopped it, it ended partial, or a bundle of the suite failed); a usage or input error
+#: (bad arguments or a bad dataset file, found before anything is created; click's own usage errors are 2 too).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print ``error: message`` to stderr and exit with ``code`` (default: a usage or input error)."""
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 
@@ -92,11 +98,10 @@ def _previous_run(run_dir: Path) -> dict:
         _fail(f"--resume {run_dir}: run.json is damaged; nothing was changed")
 
 
-@contextlib.contextmanager
-def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
-                 max_in_flight: int, rps: float | None, multimodal: bool = False):
-    """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
-    parts when ``multimodal``: the run's track is the Multimodal one)."""
+def _participant_spec(participant: str, add_url, search_url, auth: str, secret_env: str | None,
+                      max_in_flight: int, rps: float | None):
+    """The participant options, checked before anything is created: ``(label, spec)``, with spec None for
+    ``reference:bm25`` (its URLs exist once it runs). Exits 2 naming the option that is wrong."""
     from aml_ray.actors.participant import ParticipantSpec
 
     secret = None
@@ -107,16 +112,9 @@ def _participant(participant: str, add_url, search_url, auth: str, secret_env: s
                   "the Memory System Key")
         secret = SecretStr(value)
     if participant.startswith(REFERENCE_PREFIX):
-        kind = participant[len(REFERENCE_PREFIX):]
-        if kind != "bm25":
+        if participant[len(REFERENCE_PREFIX):] != "bm25":
             _fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
-        from aml_ray.reference.server import ReferenceServer
-
-        with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
-            yield "reference:bm25", ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
-                                                    health_url=server.health_url,
-                                                    max_in_flight=max_in_flight, requests_per_s=rps)
-        return
+        return "reference:bm25", None
     base = participant.rstrip("/")
     try:
         spec = ParticipantSpec(add_url=add_url or f"{base}/add", search_url=search_url or f"{base}/search",
@@ -124,7 +122,48 @@ def _participant(participant: str, add_url, search_url, auth: str, secret_env: s
     except ValidationError as exc:
         first = exc.errors()[0]
         _fail(f"participant: {'.'.join(map(str, first['loc'])) or 'spec'}: {first['msg']}")
-    yield base, spec
+    return base, spec
+
+
+@contextlib.contextmanager
+def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
+                 max_in_flight: int, rps: float | None, multimodal: bool = False):
+    """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
+    parts when ``multimodal``: the run's track is the Multimodal one)."""
+    from aml_ray.actors.participant import ParticipantSpec
+
+    label, spec = _participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
+    if spec is not None:
+        yield label, spec
+        return
+    from aml_ray.reference.server import ReferenceServer
+
+    with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
+        yield label, ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
+                                     health_url=server.health_url, max_in_flight=max_in_flight, requests_per_s=rps)
+
+
+def _missing_top(path: Path) -> Path | None:
+    """The highest folder of ``path`` that does not exist yet (what ``mkdir(parents=True)`` creates), or None."""
+    top = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        top = folder
+    return top
+
+
+def _remove_unused_run_dir(out: Path, top: Path | None) -> None:
+    """After a usage error: remove the run directory this command created if no run was recorded in it
+    (no run.json), and the empty folders above it that it created. Nothing that existed before is touched."""
+    if top is None or not out.is_dir() or (out / "run.json").exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    for folder in out.parents:
+        if top != folder and top not in folder.parents:
+            break
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty
 
 
 @app.command()
@@ -171,14 +210,20 @@ def run(
 
     With --resume RUN_DIR, continue a stopped run: its settings come from RUN_DIR/run.json (pass
     --secret-env again for an authenticated participant); finished Adds and questions are not sent again.
+
+    Every option and the dataset file are checked before the run directory is created or the reference
+    system started. Exit codes: 0 the run completed; 1 the run failed (the participant or the contract
+    stopped it, it ended partial, or a bundle of the suite failed); 2 a usage or input error.
     """
-    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.config import cache_dir, model_endpoint_from_env
     from aml_ray.datasets.fetch import DatasetError
     from aml_ray.evidence import EvidenceError
-    from aml_ray.datasets.registry import get_dataset
+    from aml_ray.datasets.registry import check_data_path, get_dataset
     from aml_ray.evaluation import EvaluationConfig, evaluate
     from aml_ray.ids import new_run_id
     from aml_ray.pipeline import StageFailed
+    from aml_ray.prompts import load_prompt
+    from aml_ray.suite import verify_loaded_bundle
 
     run_id = new_run_id()
     stream = _checkpoints(stream_checkpoints)
@@ -203,7 +248,9 @@ def run(
         answer, judge = model_endpoint_from_env("answer"), model_endpoint_from_env("judge")
     except ValueError as exc:
         _fail(str(exc))
-    out.mkdir(parents=True, exist_ok=True)
+    # every option, then the dataset file, is checked before anything is created (issue 24, item 7)
+    _participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
+    created = _missing_top(out)  # what out.mkdir creates, removed again after a usage error that recorded no run
     if suite is not None:  # every present bundle of the suite; the suite fixes dataset files and prompts
         if retrieval_only:
             _fail("--retrieval-only runs one dataset (--dataset); a suite's Overall needs scored bundles: drop --suite")
@@ -216,61 +263,82 @@ def run(
             multimodal = load_suite(suite).track == "multimodal"
         except (FileNotFoundError, ValueError) as exc:
             _fail(str(exc))
-
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
+                              multimodal=multimodal) as (label, spec):
+                try:
+                    result = run_suite(suite, participant=spec, participant_label=label, answer=answer, judge=judge,
+                                       out=out, run_id=run_id, run_label=run_label, datasets_dir=datasets_dir,
+                                       top_k=top_k, context_budget=context_budget, judge_runs=judge_runs,
+                                       limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch,
+                                       num_cpus=num_cpus, console=console)
+                except (FileNotFoundError, FileExistsError, ValueError) as exc:
+                    _fail(str(exc))
+        except typer.Exit as exc:
+            if exc.exit_code == EXIT_USAGE:
+                _remove_unused_run_dir(out, created)
+            raise
+        if any(o.status == "failed" for o in result.outcomes):
+            raise typer.Exit(EXIT_RUN_FAILED)
+        return
+    try:  # the file is loaded once: evaluate() takes the samples checked here (DatasetSpec.check / load)
+        declared = get_dataset(dataset)
+        check_data_path(declared, data)
+        for prompt, pin in ((answer_prompt or declared.answer_prompt, answer_prompt_sha256),
+                            (judge_prompt or declared.judge_prompt, judge_prompt_sha256)):
+            load_prompt(prompt, pin)
+        file, samples = declared.check(data, cache_dir(), allow_hash_mismatch)
+        # the suite's count check, as evaluate() makes it (its default suite): a bundle that differs is refused here
+        verify_loaded_bundle(declared.name, data or file, samples, allow_hash_mismatch=allow_hash_mismatch)
+        del samples  # kept by the registry for evaluate()'s load of the same file
+    except (DatasetError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    multimodal = declared.track == "multimodal"
+    out.mkdir(parents=True, exist_ok=True)
+    try:
         with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
                           multimodal=multimodal) as (label, spec):
-            try:
-                result = run_suite(suite, participant=spec, participant_label=label, answer=answer, judge=judge,
-                                   out=out, run_id=run_id, run_label=run_label, datasets_dir=datasets_dir,
-                                   top_k=top_k, context_budget=context_budget, judge_runs=judge_runs,
-                                   limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch,
-                                   num_cpus=num_cpus, console=console)
-            except (FileNotFoundError, FileExistsError, ValueError) as exc:
-                _fail(str(exc))
-        if any(o.status == "failed" for o in result.outcomes):
-            raise typer.Exit(1)
-        return
-    try:
-        multimodal = get_dataset(dataset).track == "multimodal"
-    except (KeyError, ValueError):
-        multimodal = False  # an unknown dataset is refused by evaluate() with its own message
-    with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
-                      multimodal=multimodal) as (label, spec):
-        cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
-                               data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
-                               limit_samples=limit_samples, run_id=run_id, run_label=run_label,
-                               participant_label=label, judge_runs=judge_runs, context_budget_tokens=context_budget,
-                               answer_prompt=answer_prompt, answer_prompt_sha256=answer_prompt_sha256,
-                               judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256,
-                               stream_checkpoints=stream, resume=resume is not None,
-                               retrieval_only=retrieval_only)
-        console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
-        if retrieval_only:
-            console.print("[yellow]Retrieval only: Add and Search; no answer or judge model is called.[/]")
-        elif answer.offline or judge.offline:
-            console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
-                          "answerer and lexical judge (not official models).[/]")
-        with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:
-            tasks: dict[str, int] = {}
+            cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
+                                   data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
+                                   limit_samples=limit_samples, run_id=run_id, run_label=run_label,
+                                   participant_label=label, judge_runs=judge_runs, context_budget_tokens=context_budget,
+                                   answer_prompt=answer_prompt, answer_prompt_sha256=answer_prompt_sha256,
+                                   judge_prompt=judge_prompt, judge_prompt_sha256=judge_prompt_sha256,
+                                   stream_checkpoints=stream, resume=resume is not None,
+                                   retrieval_only=retrieval_only)
+            console.print(f"[bold]aml-ray[/] run [cyan]{run_id}[/]: {dataset} x {label} -> {out}")
+            if retrieval_only:
+                console.print("[yellow]Retrieval only: Add and Search; no answer or judge model is called.[/]")
+            elif answer.offline or judge.offline:
+                console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
+                              "answerer and lexical judge (not official models).[/]")
+            with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=console, transient=False) as progress:
+                tasks: dict[str, int] = {}
 
-            def on_progress(kind: str, values: dict[str, int]) -> None:
-                if kind == "totals":
-                    for stage in STAGES:
-                        tasks[stage] = progress.add_task(stage, total=values.get(stage, 0))
-                else:
-                    for stage, done in values.items():
-                        if stage in tasks:
-                            progress.update(tasks[stage], completed=done)
+                def on_progress(kind: str, values: dict[str, int]) -> None:
+                    if kind == "totals":
+                        for stage in STAGES:
+                            tasks[stage] = progress.add_task(stage, total=values.get(stage, 0))
+                    else:
+                        for stage, done in values.items():
+                            if stage in tasks:
+                                progress.update(tasks[stage], completed=done)
 
-            try:
-                result = evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus)
-            except StageFailed as exc:
-                progress.stop()
-                _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in {out}")
-            except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
-                progress.stop()
-                _fail(str(exc))
+                try:
+                    result = evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus)
+                except StageFailed as exc:
+                    progress.stop()
+                    _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "
+                          f"{out}", EXIT_RUN_FAILED)
+                except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
+                    progress.stop()
+                    _fail(str(exc))
+    except typer.Exit as exc:
+        if exc.exit_code == EXIT_USAGE:
+            _remove_unused_run_dir(out, created)
+        raise
     info = result.run_info
     ds = info["dataset"]
     title = f"{dataset}: {label} (top_k={top_k}, run {run_id})"

@@ -10,6 +10,7 @@ import pytest
 from aml_ray.datasets.atmbench import AtmBenchFormatError, load_atmbench, load_atmbench_hard
 from aml_ray.scoring.atmbench_qs import list_recall_score, number_score
 from aml_ray.stages.atmbench_scorer import atmbench_qs, parse_accuracy
+from aml_ray.datasets.validate import DatasetFormatError
 from tests.mm_fixtures import write_atmbench
 
 
@@ -36,6 +37,33 @@ def test_hard_subset_is_one_sample_per_question_with_its_haystack(tmp_path):
     (root / "atm-bench.json").write_text(json.dumps(bad))
     with pytest.raises(AtmBenchFormatError, match="evidence_ids"):
         load_atmbench(root)
+
+
+@pytest.mark.parametrize(("name", "change", "expected"), [
+    ("atm-bench.json", lambda d: d[1].pop("question"), "item 1 (id 'l1'): field 'question': missing; expected a "
+                                                       "non-empty string"),
+    ("atm-bench.json", lambda d: d[0].update(evidence_ids="email_1"), "item 0 (id 'n1'): field 'evidence_ids': "
+                                                                     "expected a list of item ids, got a string"),
+    ("emails.json", lambda d: d[1].pop("timestamp"), "item 1 (id 'email_2'): field 'timestamp': missing; expected "
+                                                     "an ISO timestamp or Unix time"),
+    ("batch_results.json", lambda d: d[0].update(timestamp="last week"),
+     "item 0: field 'timestamp': timestamp 'last week' is neither ISO nor Unix time"),
+    ("batch_results.json", lambda d: d[1].update(tags={"food": 1}), "item 1: field 'tags': expected a list of tags, "
+                                                                    "got an object"),
+    ("atm-bench-hard.json", lambda d: d[0].update(niah_evidence_ids=["x"]),
+     "item 0 (id 'h1'): field 'niah_evidence_ids': niah_evidence_ids ['x'] are not items"),
+])
+def test_a_malformed_bundle_file_names_the_file_item_and_field(tmp_path, name, change, expected):
+    root = write_atmbench(tmp_path / "atm")
+    d = json.loads((root / name).read_text())
+    change(d)
+    (root / name).write_text(json.dumps(d))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_atmbench_hard(root) if "hard" in name else load_atmbench(root)
+    assert str(exc.value).startswith(f"{root / name}: {expected}")
+    (root / name).write_text('{"id": 1}')
+    with pytest.raises(DatasetFormatError, match=rf"{name}: top level: expected a JSON array of records, got an obj"):
+        load_atmbench_hard(root) if "hard" in name else load_atmbench(root)
 
 
 @pytest.mark.parametrize("answer,gold,score", [

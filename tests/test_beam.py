@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,6 +16,7 @@ from aml_ray.datasets.beam import (
     ABILITIES,
     BEAM_100K_FILES,
     EXPECTED_COUNTS,
+    QUESTIONS_FILE,
     load_beam,
     parse_beam_conversation,
     parse_time_anchor,
@@ -21,6 +24,7 @@ from aml_ray.datasets.beam import (
 )
 from aml_ray.datasets.chunking import MAX_CHUNK_MESSAGES, chunk_sample
 from aml_ray.datasets.fetch import DatasetHashMismatch
+from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.ids import IdScheme
 from aml_ray.inputs import build_inputs
@@ -145,25 +149,29 @@ def test_a_later_time_anchor_moves_the_date_and_a_batch_anchor_wins():
 @pytest.mark.parametrize("anchor, why", [("2024-03-15", "does not match"), ("Smarch-15-2024", "unknown month"),
                                          ("February-30-2024", "day is out of range"), (15, "not a string")])
 def test_malformed_date_is_an_error(anchor, why):
-    with pytest.raises(ValueError, match=why):
+    with pytest.raises(DatasetFormatError, match=why):
         parse_time_anchor(anchor, where="conv-x batch 1")
     data = chat([[msg("user", 0, time_anchor=anchor), msg("assistant", 1)]])
-    with pytest.raises(ValueError, match="conv-x batch 1: malformed time_anchor"):
+    with pytest.raises(DatasetFormatError) as exc:
         parse_beam_conversation("conv-x", data, PROBING)
+    assert str(exc.value).startswith(f"conv-x item 0 (batch_number 1): field 'turns[0][0].time_anchor': "
+                                     f"malformed time_anchor {anchor!r} (")
 
 
 def test_missing_date_is_an_error_never_now():
-    with pytest.raises(ValueError, match="no time_anchor"):
+    with pytest.raises(DatasetFormatError, match=r"conv-x item 0 \(batch_number 1\): field 'time_anchor': missing on "
+                                                 "the batch and on its first message"):
         parse_beam_conversation("conv-x", chat([[msg("user", 0), msg("assistant", 1)]]), PROBING)
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"role": "system"}, "role 'system'"),
-    ({"content": "  "}, "empty or non-text content"),
+    ({"role": "system"}, "field 'turns[0][1].role': role 'system' is not one of"),
+    ({"content": "  "}, "field 'turns[0][1].content': expected non-empty text, got a string '  '"),
+    ({"content": None}, "field 'turns[0][1].content': expected non-empty text, got null"),
 ])
 def test_bad_messages_are_errors(bad, match):
     data = chat([[msg("user", 0, time_anchor="May-02-2024"), {**msg("assistant", 1), **bad}]])
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(DatasetFormatError, match=re.escape(match)):
         parse_beam_conversation("conv-x", data, PROBING)
 
 
@@ -171,8 +179,29 @@ def test_bad_questions_are_errors():
     data = chat([[msg("user", 0, time_anchor="May-02-2024")]])
     with pytest.raises(ValueError, match="unknown ability types"):
         parse_beam_conversation("conv-x", data, {"telepathy": []})
-    with pytest.raises(ValueError, match="rubric"):
+    with pytest.raises(DatasetFormatError) as exc:
         parse_beam_conversation("conv-x", data, {"abstention": [{"question": "Q?", "rubric": []}]})
+    assert str(exc.value) == ("conv-x abstention[0] (question_id 'conv-x:abstention:q0'): field 'rubric': "
+                              "expected a non-empty list of non-empty strings, got an empty list")
+    with pytest.raises(DatasetFormatError, match=r"field 'question': missing; expected a non-empty string"):
+        parse_beam_conversation("conv-x", data, {"abstention": [{"rubric": ["say no"]}]})
+
+
+def test_a_malformed_file_is_named(tmp_path):
+    """The chat file and the questions file are named apart (the batch or question, and the field)."""
+    conv = tmp_path / "100K" / "1"
+    conv.mkdir(parents=True)
+    (conv / "chat.json").write_text(json.dumps(chat([[msg("user", 0, time_anchor="May-02-2024"), "hi"]])))
+    (conv / QUESTIONS_FILE).write_text(json.dumps(PROBING))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_beam(tmp_path)
+    assert str(exc.value) == (f"{conv / 'chat.json'}: conv-1 item 0 (batch_number 1): field 'turns[0][1]': "
+                              "expected a message object, got a string 'hi'")
+    (conv / "chat.json").write_text(json.dumps(chat([[msg("user", 0, time_anchor="May-02-2024")]])))
+    (conv / QUESTIONS_FILE).write_text("")
+    with pytest.raises(DatasetFormatError) as exc:
+        load_beam(tmp_path)
+    assert str(exc.value) == f"{conv / QUESTIONS_FILE}: empty file; expected an object keyed by ability"
 
 
 def _link_tier(dest: Path, *, altered: str | None = None) -> None:

@@ -12,6 +12,7 @@ from aml_ray.config import model_endpoint_from_env
 from aml_ray.datasets import clbench
 from aml_ray.datasets.clbench import MAX_QUESTION_CHARS, load_clbench, parse_task
 from aml_ray.datasets.registry import get_dataset
+from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.prompts import load_prompt
 from aml_ray.stages import rubric_all_or_nothing as aon
 from aml_ray.stages.rubric_all_or_nothing import MetParseError, parse_met
@@ -71,30 +72,50 @@ def test_unicode_line_separators_inside_strings_do_not_split_records(tmp_path):
     assert len(load_clbench(write(tmp_path, [t, task("t2")]))) == 2
 
 
-@pytest.mark.parametrize(("mutate", "needle"), [
-    (lambda t: t["metadata"].pop("task_id"), "no metadata.task_id"),
-    (lambda t: t["metadata"].pop("context_category"), "context_category is missing"),
-    (lambda t: t.update(rubrics=[]), "rubrics must be a non-empty list"),
-    (lambda t: t.update(rubrics=[{"weight": 1}]), "rubrics[0] is not text"),
-    (lambda t: t["messages"].append({"role": "assistant", "content": "reference answer"}), "not the user's task"),
-    (lambda t: t["messages"].append({"role": "tool", "content": "x"}), "messages[2] must be"),
-    (lambda t: t["messages"][0].update(content="  "), "messages[0] must be"),
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda t: t["metadata"].pop("task_id"),
+     "line 3: field 'metadata.task_id': missing; expected a non-empty string or an integer"),
+    (lambda t: t["metadata"].pop("context_category"),
+     "line 3 (task_id 't1'): field 'metadata.context_category': missing; expected a non-empty string"),
+    (lambda t: t.update(rubrics=[]),
+     "line 3 (task_id 't1'): field 'rubrics': expected a non-empty list of rubric items, got an empty list"),
+    (lambda t: t.update(rubrics=[{"weight": 1}]),
+     "line 3 (task_id 't1'): field 'rubrics[0]': expected text or {rubric_criteria: text}, got an object"),
+    (lambda t: t["messages"].append({"role": "assistant", "content": "reference answer"}),
+     "line 3 (task_id 't1'): field 'messages[2].role': the last message is 'assistant', not the user's task"),
+    (lambda t: t["messages"].append({"role": "tool", "content": "x"}),
+     "line 3 (task_id 't1'): field 'messages[2].role': role 'tool'; expected one of ['system', 'user', 'assistant']"),
+    (lambda t: t["messages"][0].update(content="  "),
+     "line 3 (task_id 't1'): field 'messages[0].content': expected non-empty text, got a string '  '"),
+    (lambda t: t.pop("messages"), "line 3 (task_id 't1'): field 'messages': missing; expected a non-empty list of "
+                                  "messages {role, content}"),
+    (lambda t: t.update(metadata="t1"), "line 3: field 'metadata': expected an object {task_id, context_id, "
+                                        "context_category, sub_category}, got a string 't1'"),
 ])
-def test_bad_tasks_are_refused(mutate, needle):
+def test_bad_tasks_are_refused_naming_the_line_task_and_field(mutate, expected):
     t = task()
     mutate(t)
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(DatasetFormatError) as exc:
         parse_task(t, line=3)
-    assert needle in str(exc.value)
+    assert str(exc.value) == expected
 
 
-def test_repeated_task_and_bad_json_name_the_line(tmp_path):
-    with pytest.raises(ValueError, match=r":2: task_id 't1' occurs twice"):
-        load_clbench(write(tmp_path, [task(), task()]))
+def test_repeated_task_bad_json_and_empty_file_name_the_file_and_line(tmp_path):
+    path = write(tmp_path, [task(), task()])
+    with pytest.raises(DatasetFormatError) as exc:
+        load_clbench(path)
+    assert str(exc.value) == f"{path}: line 2: field 'metadata.task_id': task_id 't1' occurs twice"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:1: not JSON"):
+    with pytest.raises(DatasetFormatError, match=r"bad.jsonl: line 1: not JSON \("):
         load_clbench(bad)
+    bad.write_text("\n\n")
+    with pytest.raises(DatasetFormatError, match=r"bad.jsonl: empty file; expected one CL-bench task object per line"):
+        load_clbench(bad)
+    bad.write_text(json.dumps(task()) + "\n" + json.dumps(["not", "a", "task"]) + "\n")
+    with pytest.raises(DatasetFormatError) as exc:
+        load_clbench(bad)
+    assert str(exc.value) == (f"{bad}: line 2: expected a task object {{messages, rubrics, metadata}}, got a list")
 
 
 def test_unpinned_bundle_is_count_checked_unless_allowed(tmp_path):

@@ -28,6 +28,7 @@ from aml_ray.datasets.locomo import (
     parse_session_datetime,
     resolve_locomo_file,
 )
+from aml_ray.datasets.validate import DatasetFormatError
 
 # shared/ sits beside the repository (../shared from the repo root), in this workspace and in CI clones.
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -188,6 +189,83 @@ def test_unknown_speaker_is_refused():
     }}]
     with pytest.raises(ValueError, match="speaker 'C'"):
         parse_locomo(data)
+
+
+# ---------------------------------------------------------------- malformed files
+
+
+def _small() -> dict:
+    return {"sample_id": "conv-x", "conversation": {
+        "speaker_a": "A", "speaker_b": "B", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "A", "dia_id": "D1:1", "text": "hi"},
+                      {"speaker": "B", "dia_id": "D1:2", "text": "yo"}]},
+        "qa": [{"question": "Who said hi?", "answer": "A", "evidence": ["D1:1"], "category": 4},
+               {"question": "When?", "answer": 2023, "evidence": ["D1:1"], "category": 2}]}
+
+
+def _del(path: tuple):
+    def change(item: dict) -> None:
+        for k in path[:-1]:
+            item = item[k]
+        del item[path[-1]]
+    return change
+
+
+def _set(path: tuple, value):
+    def change(item: dict) -> None:
+        for k in path[:-1]:
+            item = item[k]
+        item[path[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (_del(("qa", 1, "question")), "field 'qa[1].question': missing; expected a non-empty string"),
+    (_set(("qa", 1, "question"), ["When", "?"]), "field 'qa[1].question': expected a non-empty string, got a list"),
+    (_set(("qa", 0, "category"), None), "field 'qa[0].category': expected a string or an integer, got null"),
+    (_del(("qa", 0, "category")), "field 'qa[0].category': missing; expected a string or an integer"),
+    (_set(("qa", 0, "answer"), {"text": "A"}),
+     "field 'qa[0].answer': expected text, a number or a list of answers, got an object"),
+    (_set(("qa", 0, "evidence"), "D1:1"), "field 'qa[0].evidence': expected a list, got a string 'D1:1'"),
+    (_set(("qa", 0), "Who said hi?"), "field 'qa[0]': expected a question object {question, answer, category, "
+                                      "evidence}, got a string 'Who said hi?'"),
+    (_set(("qa",), {}), "field 'qa': expected a list, got an empty object"),
+    (_del(("conversation", "speaker_b")), "field 'conversation.speaker_b': missing; expected a non-empty string"),
+    (_set(("conversation", "session_1"), "hi"), "field 'conversation.session_1': expected a list of turns, got a "
+                                               "string 'hi'"),
+    (_set(("conversation", "session_1", 1), "yo"), "field 'conversation.session_1[1]': expected a turn object "
+                                                   "{speaker, dia_id, text}, got a string 'yo'"),
+    (_del(("conversation", "session_1", 1, "text")), "field 'conversation.session_1[1].text': missing; expected a "
+                                                     "string"),
+    (_del(("conversation", "session_1_date_time")), "field 'conversation.session_1_date_time': missing; session_1 "
+                                                    "has turns, so its date is required"),
+    (_del(("conversation",)), "field 'conversation': missing; expected an object"),
+])
+def test_a_malformed_item_names_the_file_item_and_field(tmp_path, change, expected):
+    """Before issue 24 these were raw KeyError / TypeError tracebacks (or failed deep inside the run)."""
+    items = [_small(), _small()]
+    items[1]["sample_id"] = "conv-y"
+    change(items[1])
+    f = tmp_path / "locomo10.json"
+    f.write_text(json.dumps(items))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_locomo(f)
+    assert str(exc.value) == f"{f}: item 1 (sample_id 'conv-y'): {expected}"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("", "empty file; expected a JSON list of conversations"),
+    ('[{"sample_id": ', "not JSON (Expecting value at line 1 column 16); expected a JSON list of conversations"),
+    ('{"sample_id": "conv-x"}', "top level: expected a JSON list of conversations, got an object"),
+    ("[7]", "item 0: expected a conversation object {sample_id, conversation, qa}, got an integer 7"),
+    ('[{"conversation": {}}]', "item 0: field 'sample_id': missing; expected a non-empty string"),
+])
+def test_a_malformed_file_names_the_file(tmp_path, text, expected):
+    f = tmp_path / "locomo10.json"
+    f.write_text(text)
+    with pytest.raises(DatasetFormatError) as exc:
+        load_locomo(f)
+    assert str(exc.value) == f"{f}: {expected}"
 
 
 # ---------------------------------------------------------------- hash checks

@@ -14,6 +14,7 @@ from aml_ray.datasets.registry import get_dataset
 from aml_ray.prompts import load_prompt
 from aml_ray.scoring import locomo_f1
 from aml_ray.suite import DatasetCountMismatch, load_suite, resolve_bundle_path, verify_loaded_bundle
+from aml_ray.datasets.validate import DatasetFormatError
 
 
 def refined_layout() -> list[dict]:
@@ -83,16 +84,31 @@ def test_conversation_is_read_exactly_as_locomo_reads_it(refined_file):
 @pytest.mark.parametrize(("patch", "needle"), [
     ({"category": "5"}, "category '5' is not one of"),
     ({"category": 6}, "category 6"),
-    ({"answer": "7 May 2023"}, "must be a non-empty list"),
-    ({"answer": []}, "must be a non-empty list"),
-    ({"answer": [""]}, "is not a non-empty string"),
+    ({"answer": "7 May 2023"}, "'qa[1].answer': expected a non-empty list of acceptable answers, got a string"),
+    ({"answer": []}, "'qa[1].answer': expected a non-empty list of acceptable answers, got an empty list"),
+    ({"answer": [""]}, "'qa[1].answer[0]': expected a non-empty string or number, got a string ''"),
+    ({"answer": [None]}, "'qa[1].answer[0]': expected a non-empty string or number, got null"),
 ])
 def test_refuses_items_outside_the_refined_layout(patch, needle):
     data = refined_layout()
     data[0]["qa"][1].update(patch)
-    with pytest.raises(ValueError) as exc:
+    with pytest.raises(DatasetFormatError) as exc:
         parse_locomo_refined(data)
-    assert needle in str(exc.value) and "conv-26" in str(exc.value) and "qa[1]" in str(exc.value)
+    assert needle in str(exc.value) and "item 0 (sample_id 'conv-26')" in str(exc.value)
+
+
+def test_a_malformed_file_is_named_with_the_item_and_field(tmp_path):
+    data = refined_layout()
+    del data[1]["qa"][0]["question"]
+    f = tmp_path / "locomo_refined.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_locomo_refined(f)
+    assert str(exc.value) == (f"{f}: item 1 (sample_id 'conv-30'): field 'qa[0].question': missing; "
+                              "expected a non-empty string")
+    f.write_text("")
+    with pytest.raises(DatasetFormatError, match=r"locomo_refined.json: empty file; expected a JSON list"):
+        load_locomo_refined(f)
 
 
 def test_int_category_is_accepted_as_text():

@@ -21,6 +21,7 @@ from aml_ray.datasets.longmemeval import (
     parse_longmemeval_date,
 )
 from aml_ray.datasets.registry import get_dataset
+from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.prompts import load_prompt
 from aml_ray.stages import category_judge as category_judge_module
 from aml_ray.stages.scorers import get_scorer
@@ -150,6 +151,43 @@ def test_layout_errors_name_the_instance():
     with pytest.raises(ValueError, match="role 'system'"):
         parse_instance(_instance(haystack_sessions=[[{"role": "system", "content": "x"}], [{"role": "user",
                                                                                         "content": "y"}]]))
+
+
+@pytest.mark.parametrize(("patch", "expected"), [
+    ({"question": None}, "field 'question': expected a non-empty string, got null"),
+    ({"haystack_sessions": [[{"role": "user", "content": "later"}], "earlier"]},
+     "field 'haystack_sessions[1]': expected a list of turns {role, content}, got a string 'earlier'"),
+    ({"haystack_sessions": [[{"role": "user", "content": "later"}], [["user", "earlier"]]]},
+     "field 'haystack_sessions[1][0]': expected a turn {role, content}, got a list"),
+    ({"haystack_dates": "2023/05/21 (Sun) 19:50"}, "field 'haystack_dates': expected a list, got a string "
+                                                   "'2023/05/21 (Sun) 19:50'"),
+    ({"answer": ["3"]}, "field 'answer': expected the gold answer as text or a number, got a list"),
+    ({"haystack_session_ids": [["s_a"], "s_b"]}, "field 'haystack_session_ids[0]': expected a session id, got a list"),
+])
+def test_a_malformed_instance_names_the_file_item_and_field(tmp_path, patch, expected):
+    """Before issue 24 several of these were raw TypeError / AttributeError tracebacks."""
+    f = tmp_path / "longmemeval_s_cleaned.json"
+    f.write_text(json.dumps([_instance(question_id="q0"), _instance(**patch)]))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_longmemeval(f)
+    assert str(exc.value) == f"{f}: item 1 (question_id 'q1'): {expected}"
+
+
+def test_a_directory_of_instances_names_the_instance_file(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps(_instance(question_id="q0")))
+    bad = _instance()
+    del bad["question_date"]
+    (tmp_path / "b.json").write_text(json.dumps(bad))
+    with pytest.raises(DatasetFormatError) as exc:
+        load_longmemeval(tmp_path)
+    assert str(exc.value).startswith(f"{tmp_path / 'b.json'}: item 0 (question_id 'q1'): field 'question_date': "
+                                     "missing; an instance needs [")
+    (tmp_path / "b.json").write_text("")
+    with pytest.raises(DatasetFormatError, match=r"b.json: empty file; expected a JSON object \(one instance\)"):
+        load_longmemeval(tmp_path)
+    (tmp_path / "b.json").write_text(json.dumps(_instance(question_id="q0")))
+    with pytest.raises(DatasetFormatError, match=r": item 1: field 'question_id': question_id 'q0' occurs twice"):
+        load_longmemeval(tmp_path)
 
 
 def test_resolve_verifies_the_pin_and_refuses_another_hash(tmp_path, monkeypatch):

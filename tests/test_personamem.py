@@ -12,6 +12,7 @@ import pytest
 from aml_ray.datasets import personamem
 from aml_ray.datasets.personamem import contexts_file_for, load_personamem, parse_options
 from aml_ray.datasets.registry import get_dataset
+from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.prompts import load_prompt
 from aml_ray.stages.scorers import get_scorer
 from aml_ray.suite import DatasetCountMismatch, verify_loaded_bundle
@@ -96,19 +97,37 @@ def test_a_unicode_line_separator_inside_a_message_does_not_split_the_line(tmp_p
     assert load_personamem(q)[0].sessions[0].messages[1].content == "line\u2028separator"
 
 
-@pytest.mark.parametrize(("patch", "needle"), [
-    ({"shared_context_id": "nope"}, "is not in the contexts file"),
-    ({"end_index_in_shared_context": "99"}, "outside the context's"),
-    ({"end_index_in_shared_context": "x"}, "is not a number"),
-    ({"correct_answer": "(e)"}, "is not one of the option labels"),
-    ({"all_options": "not a list"}, "all_options is not a list"),
-    ({"all_options": json.dumps(["tea", "coffee"])}, "lacks its '(x)' label"),
+@pytest.mark.parametrize(("patch", "field", "needle"), [
+    ({"shared_context_id": "nope"}, "shared_context_id", "is not in the contexts file"),
+    ({"end_index_in_shared_context": "99"}, "end_index_in_shared_context", "outside the context's"),
+    ({"end_index_in_shared_context": "x"}, "end_index_in_shared_context", "is not a number"),
+    ({"correct_answer": "(e)"}, "correct_answer", "is not one of the option labels"),
+    ({"all_options": "not a list"}, "all_options", "all_options is not a list"),
+    ({"all_options": json.dumps(["tea", "coffee"])}, "all_options", "lacks its '(x)' label"),
+    ({"question_id": ""}, "question_id", "is empty or repeats"),
 ])
-def test_bad_rows_are_refused_naming_the_question(tmp_path, patch, needle):
-    q = write_split(tmp_path, [row("q1", "ctx", 2) | patch], {"ctx": context(3)})
-    with pytest.raises(ValueError) as exc:
+def test_bad_rows_are_refused_naming_the_file_line_and_column(tmp_path, patch, field, needle):
+    q = write_split(tmp_path, [row("q0", "ctx", 2), row("q1", "ctx", 2) | patch], {"ctx": context(3)})
+    with pytest.raises(DatasetFormatError) as exc:
         load_personamem(q)
-    assert needle in str(exc.value) and "'q1'" in str(exc.value)
+    item = "line 3" + (" (question_id 'q1')" if patch.get("question_id") != "" else "")
+    assert str(exc.value).startswith(f"{q}: {item}: field {field!r}: ") and needle in str(exc.value)
+
+
+def test_a_row_with_fewer_cells_and_a_bad_context_message_are_named(tmp_path):
+    q = write_split(tmp_path, [row("q1", "ctx", 2)], {"ctx": context(3)})
+    q.write_text(q.read_text(encoding="utf-8") + "7,q2,recall_user_shared_facts\n", encoding="utf-8")
+    with pytest.raises(DatasetFormatError) as exc:
+        load_personamem(q)
+    assert str(exc.value) == (f"{q}: line 3 (question_id 'q2'): field 'topic': expected a cell (the row has "
+                              "fewer cells than the header), got null")
+    bad = context(3)
+    bad[1] = {"role": "narrator", "content": "x"}
+    q = write_split(tmp_path, [row("q1", "ctx", 2)], {"ctx": bad})
+    with pytest.raises(DatasetFormatError) as exc:
+        load_personamem(q)
+    assert str(exc.value) == (f"{contexts_file_for(q)}: line 1: field 'ctx[1].role': role 'narrator'; expected "
+                              "one of ['user', 'assistant', 'system']")
 
 
 def test_missing_columns_and_bad_names_are_refused(tmp_path):
@@ -116,10 +135,17 @@ def test_missing_columns_and_bad_names_are_refused(tmp_path):
     folder.mkdir()
     (folder / "questions_32k.csv").write_text("question_id,question_type\nq1,x\n")
     (folder / "shared_contexts_32k.jsonl").write_text("")
-    with pytest.raises(ValueError, match="lack columns"):
+    with pytest.raises(DatasetFormatError, match=r"questions_32k.csv: header: lacks columns \['persona_id'"):
+        load_personamem(folder / "questions_32k.csv")
+    (folder / "questions_32k.csv").write_text(",".join(COLUMNS) + "\n")
+    with pytest.raises(DatasetFormatError, match="questions_32k.csv: header: no question rows"):
         load_personamem(folder / "questions_32k.csv")
     with pytest.raises(ValueError, match="questions_<size>.csv"):
         contexts_file_for(folder / "questions.csv")
+    write_split(tmp_path, [row("q1", "ctx", 2)], {"ctx": context(3)})
+    (tmp_path / "personamem" / "shared_contexts_32k.jsonl").write_text("\n")
+    with pytest.raises(DatasetFormatError, match=r"shared_contexts_32k.jsonl: empty file; expected one"):
+        load_personamem(tmp_path / "personamem" / "questions_32k.csv")
 
 
 def test_python_literal_options_are_accepted():

@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from aml_ray.datasets import scriptmem
 from aml_ray.datasets.fetch import DatasetHashMismatch
 from aml_ray.datasets.registry import get_dataset
+from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.datasets.scriptmem import (
     EXPECTED_QA_TYPES,
     EXPECTED_SOURCES,
@@ -203,8 +204,35 @@ def test_small_layout_file():
     ({"qa_type": "single_choice"}, "exactly one gold letter"),
 ])
 def test_malformed_questions_are_errors(change, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(DatasetFormatError, match=match) as exc:
         parse_scriptmem([{**QA, **change}], [script("angry")])
+    assert str(exc.value).startswith("item 0 (qa_id 'angry:conv-0#q0000'): field ")
+
+
+def test_malformed_files_are_named_with_the_item_and_field(tmp_path):
+    """Errors name the file they are in (questions.jsonl or the conversation file), the record and the field."""
+    questions, conversations = tmp_path / "questions.jsonl", tmp_path / "conversations.jsonl"
+    conversations.write_text(json.dumps(script("angry")) + "\n")
+    no_option = {k: v for k, v in QA.items() if k != "option"}
+    questions.write_text(json.dumps(QA) + "\n" + json.dumps({**no_option, "qa_id": "angry:conv-0#q0001"}) + "\n")
+    with pytest.raises(DatasetFormatError) as exc:
+        load_scriptmem(conversations)
+    assert str(exc.value) == (f"{questions}: item 1 (qa_id 'angry:conv-0#q0001'): field 'option': missing; expected "
+                              "a list of at least two options 'A. ...', 'B. ...'")
+    questions.write_text(json.dumps(QA) + "\n")
+    bad = script("angry")
+    bad["conversation"]["session_1"][1]["text"] = 42
+    conversations.write_text(json.dumps(bad) + "\n")
+    with pytest.raises(DatasetFormatError) as exc:
+        load_scriptmem(conversations)
+    assert str(exc.value) == (f"{conversations}: item 0 (conversation_id 'angry:conv-0'): field "
+                              "'conversation.session_1[1].text': expected non-empty text, got an integer 42")
+    conversations.write_text(json.dumps(script("angry"))[:-1] + "\n")
+    with pytest.raises(DatasetFormatError, match=r"conversations.jsonl: line 1: not JSON \("):
+        load_scriptmem(conversations)
+    conversations.write_text("")
+    with pytest.raises(DatasetFormatError, match=r"conversations.jsonl: empty file; expected one conversation"):
+        load_scriptmem(conversations)
 
 
 def test_conversation_errors():
@@ -215,7 +243,7 @@ def test_conversation_errors():
         parse_scriptmem([QA], [bad])
     bad = script("angry")
     bad["conversation"]["session_1"][0]["type"] = "stage_direction"
-    with pytest.raises(ValueError, match="'D1:1': type 'stage_direction'"):
+    with pytest.raises(DatasetFormatError, match=r"'conversation.session_1\[0\].type': turn 'D1:1': type 'stage_direction'"):
         parse_scriptmem([QA], [bad])
     bad = script("angry")
     bad["conversation"]["session_1"][0]["speaker"] = None
@@ -260,7 +288,9 @@ def _recording_participant(bodies: list[dict]) -> FastAPI:
 
     @app.post("/search")
     async def search(request: Request):
-        bodies.append(await request.json())
+        body = await request.json()
+        if not body["user_id"].endswith(":preflight"):  # the run's pre-flight probe (aml_ray.preflight) is no sample
+            bodies.append(body)
         return {"data": [{"id": "m1", "content": "Juror #8: It's possible."}]}
 
     return app

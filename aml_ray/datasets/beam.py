@@ -20,7 +20,7 @@ Mapping decisions:
   carries one (``"March-15-2024"``). Rule: the batch's ``time_anchor`` when set, else the first
   message's; a message with its own ``time_anchor`` moves the date for itself and the messages after
   it. A batch with no date at all, or a date that is not ``<Month>-<DD>-<YYYY>`` (English month name),
-  raises ``ValueError`` naming the conversation, the batch and the value; there is no fallback to the
+  raises ``DatasetFormatError`` naming the conversation, the batch and the value; there is no fallback to the
   current time. The date has no time of day or zone: it is taken as 00:00 UTC. A message's timestamp
   is its date + its 0-based position in the batch, in ms (order stays explicit, the date stays right).
 - Questions: ``probing_questions.json`` is ``{ability: [item, ...]}`` over the ten abilities of
@@ -38,7 +38,6 @@ and 400 questions, 40 per ability (:data:`EXPECTED_COUNTS`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -48,6 +47,7 @@ from aml_ray.contract import Message
 from aml_ray.datasets.dates import utc_midnight_ms
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import DatasetDownloadError, DatasetHashMismatch, fetch_to_cache, verify_sha256
+from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_json
 
 #: Dataset name used in ids (``eval:<run>:beam:<sample>``).
 DATASET = "beam"
@@ -133,7 +133,7 @@ _DATE = re.compile(r"^\s*([A-Za-z]+)-(\d{1,2})-(\d{4})\s*$")
 _ROLES = ("user", "assistant")
 
 
-def parse_time_anchor(value: Any, *, where: str) -> int:
+def parse_time_anchor(value: Any, *, where: str | Where) -> int:
     """Parse a BEAM ``time_anchor`` (``"March-15-2024"``) into UTC Unix milliseconds (00:00 UTC).
 
     Examples:
@@ -142,18 +142,19 @@ def parse_time_anchor(value: Any, *, where: str) -> int:
 
     Args:
         value: the field's value.
-        where: the conversation and batch, for the error message.
+        where: the field's place (a :class:`Where`, or text naming the conversation and batch).
 
     Returns:
         Milliseconds since the Unix epoch of that day's midnight, UTC.
 
     Raises:
-        ValueError: the value is not a string ``<Month>-<DD>-<YYYY>`` with an English month name, or
-            not a real date; the message names ``where`` and the value.
+        DatasetFormatError: the value is not a string ``<Month>-<DD>-<YYYY>`` with an English month
+            name, or not a real date; the message names ``where`` and the value.
     """
-    def bad(why: str) -> ValueError:
-        return ValueError(f"BEAM {where}: malformed time_anchor {value!r} ({why}); expected a date like "
-                          "'March-15-2024'")
+    here = where if isinstance(where, Where) else Where(f"BEAM {where}", "time_anchor")
+
+    def bad(why: str) -> DatasetFormatError:
+        return here.error(f"malformed time_anchor {value!r} ({why}); expected a date like 'March-15-2024'")
 
     if not isinstance(value, str):
         raise bad("not a string")
@@ -163,29 +164,35 @@ def parse_time_anchor(value: Any, *, where: str) -> int:
     return utc_midnight_ms(m.group(3), m.group(1), m.group(2), bad)
 
 
-def _session(sample_id: str, position: int, batch: dict[str, Any]) -> Session:
-    number = batch.get("batch_number", position)
-    where = f"{sample_id} batch {number}"
-    messages: list[dict[str, Any]] = [m for turn in batch.get("turns") or [] for m in turn]
-    if not messages:
-        raise ValueError(f"BEAM {where}: the batch has no messages")
+def _session(sample_id: str, position: int, batch: Any) -> Session:
+    where = Where(f"{sample_id} " + Where.item_of(position - 1, batch, "batch_number").item)
+    where.check(batch, dict, "a batch object {batch_number, time_anchor, turns}")
+    number = where.get(batch, "batch_number", (int, str), required=False, default=position)
+    turns = where.get(batch, "turns", list, "a list of turns (each a list of messages)")
+    placed: list[tuple[Where, dict[str, Any]]] = []
+    for t, turn in enumerate(turns):
+        (where / "turns" / t).check(turn, list, "a turn: a list of messages")
+        for k, m in enumerate(turn):
+            placed.append((where / "turns" / t / k, (where / "turns" / t / k).check(m, dict, "a message object")))
+    if not placed:
+        raise (where / "turns").error("the batch has no messages; expected at least one")
+    anchor_at = where / "time_anchor"
     anchor = batch.get("time_anchor")
     if anchor is None:
-        anchor = messages[0].get("time_anchor")
+        anchor_at, anchor = placed[0][0] / "time_anchor", placed[0][1].get("time_anchor")
     if anchor is None:
-        raise ValueError(f"BEAM {where}: no time_anchor on the batch or on its first message; a session "
-                         "date is required (never the current time)")
-    day_ms = parse_time_anchor(anchor, where=where)
+        raise (where / "time_anchor").error("missing on the batch and on its first message; a session date "
+                                            "is required (never the current time)")
+    day_ms = parse_time_anchor(anchor, where=anchor_at)
     start = day_ms
     out = []
-    for i, m in enumerate(messages):
+    for i, (here, m) in enumerate(placed):
         if m.get("time_anchor") is not None and i > 0:
-            day_ms = parse_time_anchor(m["time_anchor"], where=f"{where} message {m.get('id')}")
-        role, content = m.get("role"), m.get("content")
+            day_ms = parse_time_anchor(m["time_anchor"], where=here / "time_anchor")
+        role = m.get("role")
         if role not in _ROLES:
-            raise ValueError(f"BEAM {where} message {m.get('id')}: role {role!r} is not one of {_ROLES}")
-        if not isinstance(content, str) or not content.strip():
-            raise ValueError(f"BEAM {where} message {m.get('id')}: empty or non-text content")
+            raise (here / "role").error(f"role {role!r} is not one of {_ROLES} (message id {m.get('id')!r})")
+        content = here.get(m, "content", str, "non-empty text", nonempty=True)
         out.append(Message(role=role, content=content, timestamp=day_ms + i))
     return Session(key=f"batch_{number}", index=position, started_at_ms=start, messages=tuple(out))
 
@@ -194,26 +201,25 @@ def _evidence(item: dict[str, Any]) -> tuple[str, ...]:
     ids = item.get("source_chat_ids")
     if isinstance(ids, dict):
         ids = [i for v in ids.values() for i in (v if isinstance(v, list) else [v])]
-    return tuple(str(i) for i in ids or ())
+    return tuple(str(i) for i in (ids if isinstance(ids, list) else [ids] if ids is not None else ()))
 
 
-def _questions(sample_id: str, probing: dict[str, Any]) -> tuple[Question, ...]:
-    if not isinstance(probing, dict):
-        raise ValueError(f"BEAM {sample_id}: probing_questions.json must be an object keyed by ability")
+def _questions(sample_id: str, probing: Any) -> tuple[Question, ...]:
+    Where("top level").check(probing, dict, "an object keyed by ability")
     unknown = sorted(set(probing) - set(ABILITIES))
     if unknown:
-        raise ValueError(f"BEAM {sample_id}: unknown ability types {unknown}; expected {list(ABILITIES)}")
+        raise Where("top level").error(f"unknown ability types {unknown}; expected {list(ABILITIES)}")
     questions = []
     for ability in ABILITIES:
-        for i, item in enumerate(probing.get(ability, [])):
+        items = Where(path=ability).check(probing.get(ability, []), list, "a list of questions")
+        for i, item in enumerate(items):
             qid = f"{sample_id}:{ability}:q{i}"
-            rubric = item.get("rubric")
-            if (not isinstance(rubric, list) or not rubric
-                    or not all(isinstance(r, str) and r.strip() for r in rubric)):
-                raise ValueError(f"BEAM question {qid}: 'rubric' must be a non-empty list of non-empty strings")
-            text = item.get("question")
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"BEAM question {qid}: empty 'question'")
+            where = Where(f"{sample_id} {ability}[{i}] (question_id {qid!r})")
+            where.check(item, dict, "a question object {question, rubric, ...}")
+            rubric = where.get(item, "rubric", list, "a non-empty list of non-empty strings", nonempty=True)
+            for r, line in enumerate(rubric):
+                (where / "rubric" / r).check(line, str, nonempty=True)
+            text = where.get(item, "question", str, nonempty=True)
             gold = next((item[f] for f in GOLD_FIELDS if item.get(f) is not None), None)
             questions.append(Question(
                 question_id=qid, sample_id=sample_id, question=text,
@@ -221,6 +227,11 @@ def _questions(sample_id: str, probing: dict[str, Any]) -> tuple[Question, ...]:
                 category=ability, evidence=_evidence(item), rubric=tuple(rubric),
             ))
     return tuple(questions)
+
+
+def _sessions(sample_id: str, chat: Any) -> tuple[Session, ...]:
+    Where("top level").check(chat, list, "a non-empty JSON list of batches", nonempty=True)
+    return tuple(_session(sample_id, pos, batch) for pos, batch in enumerate(chat, start=1))
 
 
 def parse_beam_conversation(sample_id: str, chat: list[dict[str, Any]], probing: dict[str, Any]) -> Sample:
@@ -235,13 +246,11 @@ def parse_beam_conversation(sample_id: str, chat: list[dict[str, Any]], probing:
         The sample: one session per batch in file order, the questions in :data:`ABILITIES` order.
 
     Raises:
-        ValueError: on a missing or malformed date, an unknown role, empty content, an unknown ability
-            or a question without a rubric; the message names the conversation and the field.
+        DatasetFormatError: a batch, turn or message of the wrong shape, a missing or malformed date, an
+            unknown role, empty content, an unknown ability or a question without a rubric; the message
+            names the batch (its position and batch_number) or the question and the field.
     """
-    if not isinstance(chat, list) or not chat:
-        raise ValueError(f"BEAM {sample_id}: the chat file must hold a non-empty JSON list of batches")
-    sessions = tuple(_session(sample_id, pos, batch) for pos, batch in enumerate(chat, start=1))
-    return Sample(sample_id=sample_id, sessions=sessions, questions=_questions(sample_id, probing))
+    return Sample(sample_id=sample_id, sessions=_sessions(sample_id, chat), questions=_questions(sample_id, probing))
 
 
 def tier_root(path: str | os.PathLike[str]) -> Path:
@@ -349,14 +358,19 @@ def load_beam(path: str | os.PathLike[str]) -> list[Sample]:
 
     Raises:
         FileNotFoundError: the layout or a file is missing.
-        ValueError: invalid JSON or any error of :func:`parse_beam_conversation`.
+        DatasetFormatError: an empty file, invalid JSON or any error of :func:`parse_beam_conversation`;
+            the message names the chat or questions file.
     """
     root = tier_root(path)
     samples = []
     for conv in conversation_dirs(root):
-        with open(chat_file(conv), encoding="utf-8") as f:
-            chat = json.load(f)
-        with open(conv / QUESTIONS_FILE, encoding="utf-8") as f:
-            probing = json.load(f)
-        samples.append(parse_beam_conversation(f"conv-{conv.name}", chat, probing))
+        sample_id = f"conv-{conv.name}"
+        chat_path, questions_path = chat_file(conv), conv / QUESTIONS_FILE
+        chat = read_json(chat_path, list, "a non-empty JSON list of batches")
+        with in_file(chat_path):
+            sessions = _sessions(sample_id, chat)
+        probing = read_json(questions_path, dict, "an object keyed by ability")
+        with in_file(questions_path):
+            questions = _questions(sample_id, probing)
+        samples.append(Sample(sample_id=sample_id, sessions=sessions, questions=questions))
     return samples

@@ -35,29 +35,35 @@ from typing import Any
 from aml_ray.contract import Message
 from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.base import Question, Sample, Session
+from aml_ray.datasets.validate import Where, describe, in_file
 
 #: Longest final paragraph still treated as the task question when splitting the last user message.
 MAX_QUESTION_CHARS = 4000
 _ROLES = ("system", "user", "assistant")
 
 
-def rubric_items(raw: Any, *, task_id: str) -> tuple[str, ...]:
+def rubric_items(raw: Any, *, task_id: str, where: Where | None = None) -> tuple[str, ...]:
     """Rubric items as text: strings as they are, objects by their ``rubric_criteria``.
 
     Examples:
         >>> rubric_items(["Names the card.", {"rubric_criteria": "Cites rule 4."}], task_id="t1")
         ('Names the card.', 'Cites rule 4.')
 
+    Args:
+        raw: the task's ``rubrics``.
+        task_id: the task, for the error message.
+        where: the field's place in the file (default: task ``task_id``, field ``rubrics``).
+
     Raises:
-        ValueError: not a non-empty list, or an item that is neither; the message names the task.
+        DatasetFormatError: not a non-empty list, or an item that is neither; the message names the task.
     """
-    if not isinstance(raw, list) or not raw:
-        raise ValueError(f"CL-bench task {task_id!r}: rubrics must be a non-empty list, got {str(raw)[:80]!r}")
+    where = where or Where(f"task {task_id!r}", "rubrics")
+    where.check(raw, list, "a non-empty list of rubric items", nonempty=True)
     items = []
     for i, item in enumerate(raw):
         text = item.get("rubric_criteria") if isinstance(item, dict) else item
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"CL-bench task {task_id!r}: rubrics[{i}] is not text or {{rubric_criteria}}")
+            raise (where / i).error(f"expected text or {{rubric_criteria: text}}, got {describe(item)}")
         items.append(text.strip())
     return tuple(items)
 
@@ -78,37 +84,39 @@ def split_task(content: str) -> tuple[str | None, str]:
     return head.rstrip(), tail.strip()
 
 
-def parse_task(obj: dict[str, Any], *, line: int = 0) -> Sample:
+def parse_task(obj: Any, *, line: int = 0) -> Sample:
     """One CL-bench task -> one sample (rules in the module docstring).
 
+    Args:
+        obj: the decoded line.
+        line: its line number in the file, for error messages.
+
     Raises:
-        ValueError: a missing field, a bad role, an empty message, or a last message that is not the
-            user's; the message names the task (or the line).
+        DatasetFormatError: a missing field or one of the wrong type, a bad role, an empty message, or a
+            last message that is not the user's; the message names the line, the task and the field.
     """
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    if not isinstance(meta, dict) or not meta.get("task_id"):
-        raise ValueError(f"CL-bench line {line}: no metadata.task_id")
-    tid = str(meta["task_id"])
-    category = meta.get("context_category")
-    if not isinstance(category, str) or not category.strip():
-        raise ValueError(f"CL-bench task {tid!r}: metadata.context_category is missing")
-    messages = obj.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f"CL-bench task {tid!r}: messages must be a non-empty list")
+    where = Where.item_of(line, obj.get("metadata") if isinstance(obj, dict) else None, "task_id", noun="line")
+    where.check(obj, dict, "a task object {messages, rubrics, metadata}")
+    meta = where.get(obj, "metadata", dict, "an object {task_id, context_id, context_category, sub_category}")
+    tid = str((where / "metadata").get(meta, "task_id", (str, int), nonempty=True))
+    category = (where / "metadata").get(meta, "context_category", str, nonempty=True)
+    messages = where.get(obj, "messages", list, "a non-empty list of messages {role, content}", nonempty=True)
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(m.get("content"), str) \
-                or not m["content"].strip():
-            raise ValueError(f"CL-bench task {tid!r}: messages[{i}] must be {{role: {'|'.join(_ROLES)}, "
-                             "content: non-empty text}")
+        here = where / "messages" / i
+        here.check(m, dict, f"a message {{role: {'|'.join(_ROLES)}, content}}")
+        if m.get("role") not in _ROLES:
+            raise (here / "role").error(f"role {m.get('role')!r}; expected one of {list(_ROLES)}")
+        here.get(m, "content", str, "non-empty text", nonempty=True)
     if messages[-1]["role"] != "user":
-        raise ValueError(f"CL-bench task {tid!r}: the last message is {messages[-1]['role']!r}, not the user's task")
+        raise (where / "messages" / (len(messages) - 1) / "role").error(
+            f"the last message is {messages[-1]['role']!r}, not the user's task")
     material, question = split_task(messages[-1]["content"])
     context = [Message(role=m["role"], content=m["content"]) for m in messages[:-1]]
     if material is not None:
         context.append(Message(role="user", content=material))
     sessions = (Session(key="context", index=1, started_at_ms=0, messages=tuple(context)),) if context else ()
     q = Question(question_id=tid, sample_id=tid, question=question, answer=None, category=category.strip(),
-                 rubric=rubric_items(obj.get("rubrics"), task_id=tid),
+                 rubric=rubric_items(obj.get("rubrics"), task_id=tid, where=where / "rubrics"),
                  evidence=tuple(str(meta[k]) for k in ("context_id", "sub_category") if meta.get(k)))
     return Sample(sample_id=tid, sessions=sessions, questions=(q,))
 
@@ -121,13 +129,15 @@ def load_clbench(path: str | os.PathLike[str]) -> list[Sample]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: a line that is not JSON, a repeated task_id, or any error of :func:`parse_task`.
+        DatasetFormatError: an empty file, a line that is not JSON, a repeated task_id, or any error of
+            :func:`parse_task`; the message names the file and the line.
     """
     samples, seen = [], set()
-    for n, obj in iter_jsonl(path):
-        sample = parse_task(obj, line=n)
-        if sample.sample_id in seen:
-            raise ValueError(f"{path}:{n}: task_id {sample.sample_id!r} occurs twice")
-        seen.add(sample.sample_id)
-        samples.append(sample)
+    with in_file(path):
+        for n, obj in iter_jsonl(path, "one CL-bench task object per line"):
+            sample = parse_task(obj, line=n)
+            if sample.sample_id in seen:
+                raise Where(f"line {n}", "metadata.task_id").error(f"task_id {sample.sample_id!r} occurs twice")
+            seen.add(sample.sample_id)
+            samples.append(sample)
     return samples

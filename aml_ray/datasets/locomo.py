@@ -9,8 +9,8 @@ Source: snap-research/LoCoMo ``data/locomo10.json`` (pinned by :data:`LOCOMO_SHA
   with a ``session_N_date_time`` but no turns is skipped (conv-26 has dates for sessions 20-35 and no
   turns). The session key is ``session_N``.
 - ``session_N_date_time`` (``"1:56 pm on 8 May, 2023"``) is parsed without the locale; the source has no
-  time zone, so the wall time is taken **as UTC**. A malformed date raises ``ValueError`` naming the
-  sample, the key and the value; there is no fallback to the current time.
+  time zone, so the wall time is taken **as UTC**. A malformed date raises ``DatasetFormatError`` naming
+  the sample, the key and the value; there is no fallback to the current time.
 - Each turn becomes ``Message(role, content="<speaker>: <text>", timestamp)``. Role: ``speaker_a`` ->
   ``"user"``, ``speaker_b`` -> ``"assistant"`` (LoCoMo is a dialogue between two people; the mapping
   only keeps the two speakers apart, the speaker's name stays in the content). A turn with a
@@ -28,7 +28,6 @@ Source: snap-research/LoCoMo ``data/locomo10.json`` (pinned by :data:`LOCOMO_SHA
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from datetime import datetime, timezone
@@ -44,6 +43,7 @@ from aml_ray.datasets.fetch import (
     fetch_to_cache,
     verify_sha256,
 )
+from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_json
 
 #: Dataset name used in ids (``eval:<run>:locomo:<sample>``).
 DATASET = "locomo"
@@ -63,7 +63,7 @@ _DATE = re.compile(
 )
 
 
-def parse_session_datetime(value: Any, *, sample_id: str, key: str) -> int:
+def parse_session_datetime(value: Any, *, sample_id: str, key: str, where: Where | None = None) -> int:
     """Parse a LoCoMo ``session_N_date_time`` into UTC Unix milliseconds.
 
     The format is ``"<h>:<mm> <am|pm> on <d> <Month>, <yyyy>"`` (English month names, 12-hour clock).
@@ -73,17 +73,19 @@ def parse_session_datetime(value: Any, *, sample_id: str, key: str) -> int:
         value: the field's value, e.g. ``"1:56 pm on 8 May, 2023"``.
         sample_id: the sample, for the error message.
         key: the field name (``session_N_date_time``), for the error message.
+        where: the field's place in the file (default: sample ``sample_id``, field ``key``).
 
     Returns:
         Milliseconds since the Unix epoch, e.g. ``1683554160000`` for the example above.
 
     Raises:
-        ValueError: if the value is not a string in that format or is not a real date/time; the message
-            names the sample, the key and the value.
+        DatasetFormatError: if the value is not a string in that format or is not a real date/time; the
+            message names the sample, the key and the value.
     """
-    def bad(why: str) -> ValueError:
-        return ValueError(f"LoCoMo sample {sample_id!r}: malformed {key}={value!r} ({why}); expected "
-                          "a date like '1:56 pm on 8 May, 2023'")
+    here = where or Where(f"sample {sample_id!r}", key)
+
+    def bad(why: str) -> DatasetFormatError:
+        return here.error(f"malformed {key}={value!r} ({why}); expected a date like '1:56 pm on 8 May, 2023'")
 
     if not isinstance(value, str):
         raise bad("not a string")
@@ -105,70 +107,112 @@ def parse_session_datetime(value: Any, *, sample_id: str, key: str) -> int:
     return int(dt.timestamp()) * 1000
 
 
-def _render_turn(turn: dict[str, Any]) -> str:
-    content = f"{turn['speaker']}: {turn['text']}"
+def _render_turn(turn: dict[str, Any], where: Where) -> str:
+    content = f"{turn['speaker']}: {where.get(turn, 'text', str)}"
     caption = turn.get("blip_caption")
     if isinstance(caption, str) and caption.strip():
         content += f" [shares an image: {caption.strip()}]"
     return content
 
 
-def parse_sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
+def parse_sessions(sample_id: str, conv: dict[str, Any], where: Where | None = None) -> tuple[Session, ...]:
     """The sessions of one LoCoMo-layout ``conversation`` dict (rules in the module docstring).
 
     Shared with :mod:`aml_ray.datasets.locomo_refined`, which keeps this layout.
 
+    Args:
+        sample_id: the sample.
+        conv: the ``conversation`` object.
+        where: its place in the file, for error messages (default: sample ``sample_id``).
+
     Raises:
-        ValueError: a malformed date, a turn by an unknown speaker, or a session with turns but no date.
+        DatasetFormatError: a missing or non-string speaker, a session or turn of the wrong type, a
+            malformed date, a turn by an unknown speaker, or a session with turns but no date.
     """
-    roles = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}
+    where = where or Where(f"sample {sample_id!r}")
+    roles = {where.get(conv, "speaker_a", str, nonempty=True): "user",
+             where.get(conv, "speaker_b", str, nonempty=True): "assistant"}
     numbered = sorted(
         (int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.match(key))
     )
     sessions: list[Session] = []
     for _, key in numbered:
-        turns = conv[key]
+        turns = (where / key).check(conv[key], list, "a list of turns")
         if not turns:  # a date without turns (conv-26 sessions 20-35): nothing to ingest
             continue
         date_key = f"{key}_date_time"
         if date_key not in conv:
-            raise ValueError(f"LoCoMo sample {sample_id!r}: {key} has turns but no {date_key}")
-        start = parse_session_datetime(conv[date_key], sample_id=sample_id, key=date_key)
+            raise (where / date_key).error(f"missing; {key} has turns, so its date is required")
+        start = parse_session_datetime(conv[date_key], sample_id=sample_id, key=date_key, where=where / date_key)
         messages = []
         for i, turn in enumerate(turns):
-            role = roles.get(turn["speaker"])
+            here = where / key / i
+            here.check(turn, dict, "a turn object {speaker, dia_id, text}")
+            speaker = here.get(turn, "speaker", str)
+            role = roles.get(speaker)
             if role is None:
-                raise ValueError(f"LoCoMo sample {sample_id!r}: {key} turn {turn.get('dia_id')!r} has "
-                                 f"speaker {turn['speaker']!r}, not one of {sorted(roles)}")
-            messages.append(Message(role=role, content=_render_turn(turn), timestamp=start + i))
+                raise (here / "speaker").error(f"turn {turn.get('dia_id')!r} has speaker {speaker!r}, "
+                                               f"not one of {sorted(roles)}")
+            messages.append(Message(role=role, content=_render_turn(turn, here), timestamp=start + i))
         sessions.append(Session(key=key, index=len(sessions) + 1, started_at_ms=start,
                                 messages=tuple(messages)))
     return tuple(sessions)
 
 
-def parse_evidence(raw: list[Any]) -> tuple[str, ...]:
-    """Evidence ``dia_id`` values, with ``;``-packed entries (``"D8:6; D9:17"``) split."""
+def parse_evidence(raw: list[Any], where: Where | None = None) -> tuple[str, ...]:
+    """Evidence ``dia_id`` values, with ``;``-packed entries (``"D8:6; D9:17"``) split.
+
+    Raises:
+        DatasetFormatError: ``raw`` is not a list of strings (``where`` names the field).
+    """
+    where = where or Where(path="evidence")
+    where.check(raw, list, "a list of dia_id strings")
+    for i, item in enumerate(raw):
+        (where / i).check(item, (str, int), "a dia_id string")
     return tuple(part.strip() for item in raw for part in str(item).split(";") if part.strip())
 
 
-def _questions(sample_id: str, qa: list[dict[str, Any]], include_adversarial: bool) -> tuple[Question, ...]:
+def _questions(sample_id: str, qa: list[Any], include_adversarial: bool, where: Where) -> tuple[Question, ...]:
     questions = []
     for idx, item in enumerate(qa):
-        category = str(item["category"])
-        answer = item.get("answer")  # never item["adversarial_answer"]: that is the wrong answer
+        here = where / idx
+        here.check(item, dict, "a question object {question, answer, category, evidence}")
+        category = str(here.get(item, "category", (str, int)))
+        # never item["adversarial_answer"]: that is the wrong answer
+        answer = here.get(item, "answer", (str, int, float, list), "text, a number or a list of answers",
+                          required=False)
         if answer is not None and not isinstance(answer, (str, list)):
             answer = str(answer)
         excluded = "adversarial" if category == ADVERSARIAL_CATEGORY and not include_adversarial else None
         questions.append(Question(
             question_id=f"{sample_id}:q{idx:04d}",
             sample_id=sample_id,
-            question=item["question"],
+            question=here.get(item, "question", str, nonempty=True),
             answer=answer,
             category=category,
-            evidence=parse_evidence(item.get("evidence", [])),
+            evidence=parse_evidence(here.get(item, "evidence", list, required=False, default=[]),
+                                    here / "evidence"),
             excluded_reason=excluded,
         ))
     return tuple(questions)
+
+
+def parse_conversation(index: int, item: Any) -> tuple[str, dict[str, Any], Where]:
+    """Check the frame of the ``index``-th conversation of a LoCoMo-layout file.
+
+    Shared with :mod:`aml_ray.datasets.locomo_refined`.
+
+    Returns:
+        ``(sample_id, conversation, where)``: the id, the ``conversation`` object and the item's place.
+
+    Raises:
+        DatasetFormatError: the item is not an object, or ``sample_id`` / ``conversation`` is missing or
+            of the wrong type.
+    """
+    where = Where.item_of(index, item, "sample_id")
+    where.check(item, dict, "a conversation object {sample_id, conversation, qa}")
+    sample_id = where.get(item, "sample_id", str, nonempty=True)
+    return sample_id, where.get(item, "conversation", dict), where
 
 
 def parse_locomo(data: list[dict[str, Any]], *, include_adversarial: bool = False) -> list[Sample]:
@@ -183,19 +227,21 @@ def parse_locomo(data: list[dict[str, Any]], *, include_adversarial: bool = Fals
         One sample per conversation, in file order.
 
     Raises:
-        ValueError: on a malformed session date, a turn by an unknown speaker, or a session with turns
-            but no date; the message names the sample and the field.
+        DatasetFormatError: a top level that is not a list, an item without ``sample_id``,
+            ``conversation`` or a speaker, a field of the wrong type (``qa[i].question`` must be a
+            non-empty string, ``category`` an integer or string, ``answer`` text, a number or a list,
+            ``evidence`` a list), a malformed session date, a turn by an unknown speaker, or a session
+            with turns but no date; the message names the item and the field.
     """
-    if not isinstance(data, list):
-        raise ValueError(f"LoCoMo file must hold a JSON list of conversations, got {type(data).__name__}")
+    Where("top level").check(data, list, "a JSON list of conversations")
     samples = []
-    for item in data:
-        sample_id = item["sample_id"]
-        conv = item["conversation"]
+    for index, item in enumerate(data):
+        sample_id, conv, where = parse_conversation(index, item)
         samples.append(Sample(
             sample_id=sample_id,
-            sessions=parse_sessions(sample_id, conv),
-            questions=_questions(sample_id, item.get("qa", []), include_adversarial),
+            sessions=parse_sessions(sample_id, conv, where / "conversation"),
+            questions=_questions(sample_id, where.get(item, "qa", list, required=False, default=[]),
+                                 include_adversarial, where / "qa"),
             speakers=(conv["speaker_a"], conv["speaker_b"]),
         ))
     return samples
@@ -213,11 +259,12 @@ def load_locomo(path: str | os.PathLike[str], *, include_adversarial: bool = Fal
 
     Raises:
         OSError: if the file cannot be read.
-        ValueError: on invalid JSON or any error of :func:`parse_locomo`.
+        DatasetFormatError: an empty file, invalid JSON or any error of :func:`parse_locomo`; the
+            message names the file.
     """
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    return parse_locomo(data, include_adversarial=include_adversarial)
+    data = read_json(path, list, "a JSON list of conversations")
+    with in_file(path):
+        return parse_locomo(data, include_adversarial=include_adversarial)
 
 
 def resolve_locomo_file(

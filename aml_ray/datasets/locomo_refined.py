@@ -8,10 +8,11 @@ conversation, sessions in numeric order, dates taken as UTC, ``"<speaker>: <text
 captions as text). The differences, all in the ``qa`` items:
 
 - ``answer`` is a **list of acceptable complete answers**; every item is kept (numbers as text) and a
-  prediction is judged against any of them. A missing, empty or non-list answer raises ``ValueError``.
+  prediction is judged against any of them. A missing, empty or non-list answer raises
+  ``DatasetFormatError``.
 - ``category`` is the string ``"1"``..``"4"`` (ints are accepted and rendered as text), with LoCoMo's
   meaning; category 5 (adversarial) was removed upstream, so there is nothing to exclude and any other
-  category raises ``ValueError``.
+  category raises ``DatasetFormatError``.
 - ``evidence`` may hold ``;``-joined ids (split as in LoCoMo); ``is_multi_modality`` is not used.
 - ``question_id = f"{sample_id}:q{idx:04d}"`` as in LoCoMo (upstream's ``qa_id`` is
   ``"<sample_id>#q<idx:04d>"`` with the same index).
@@ -19,13 +20,13 @@ captions as text). The differences, all in the ``qa`` items:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 from aml_ray.datasets.base import Question, Sample
 from aml_ray.datasets.locomo import CATEGORY_NAMES as LOCOMO_CATEGORY_NAMES
-from aml_ray.datasets.locomo import parse_evidence, parse_sessions
+from aml_ray.datasets.locomo import parse_conversation, parse_evidence, parse_sessions
+from aml_ray.datasets.validate import Where, in_file, read_json
 
 #: Dataset name used in ids and tables.
 DATASET = "locomo_refined"
@@ -33,30 +34,31 @@ DATASET = "locomo_refined"
 CATEGORY_NAMES = {k: v for k, v in LOCOMO_CATEGORY_NAMES.items() if k != "5"}
 
 
-def _answers(sample_id: str, idx: int, raw: Any) -> list[str]:
-    if not isinstance(raw, list) or not raw:
-        raise ValueError(f"LoCoMo-Refined sample {sample_id!r} qa[{idx}]: answer must be a non-empty list of "
-                         f"acceptable answers, got {raw!r}")
+def _answers(raw: Any, where: Where) -> list[str]:
+    where.check(raw, list, "a non-empty list of acceptable answers", nonempty=True)
     answers = []
-    for a in raw:
-        if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
-            raise ValueError(f"LoCoMo-Refined sample {sample_id!r} qa[{idx}]: answer item {a!r} is not a "
-                             "non-empty string or number")
+    for i, a in enumerate(raw):
+        (where / i).check(a, (str, int, float), "a non-empty string or number", nonempty=isinstance(a, str))
         answers.append(str(a))
     return answers
 
 
-def _questions(sample_id: str, qa: list[dict[str, Any]]) -> tuple[Question, ...]:
+def _questions(sample_id: str, qa: list[Any], where: Where) -> tuple[Question, ...]:
     questions = []
     for idx, item in enumerate(qa):
-        category = str(item.get("category"))
+        here = where / idx
+        here.check(item, dict, "a question object {question, answer, category, evidence}")
+        raw_category = here.get(item, "category", (str, int))
+        category = str(raw_category)
         if category not in CATEGORY_NAMES:
-            raise ValueError(f"LoCoMo-Refined sample {sample_id!r} qa[{idx}]: category {item.get('category')!r} "
-                             f"is not one of {sorted(CATEGORY_NAMES)}")
+            raise (here / "category").error(f"category {raw_category!r} is not one of {sorted(CATEGORY_NAMES)}")
         questions.append(Question(
-            question_id=f"{sample_id}:q{idx:04d}", sample_id=sample_id, question=item["question"],
-            answer=_answers(sample_id, idx, item.get("answer")), category=category,
-            evidence=parse_evidence(item.get("evidence", [])),
+            question_id=f"{sample_id}:q{idx:04d}", sample_id=sample_id,
+            question=here.get(item, "question", str, nonempty=True),
+            answer=_answers(here.get(item, "answer", list, "a non-empty list of acceptable answers"),
+                            here / "answer"),
+            category=category,
+            evidence=parse_evidence(here.get(item, "evidence", list, required=False, default=[]), here / "evidence"),
         ))
     return tuple(questions)
 
@@ -71,17 +73,17 @@ def parse_locomo_refined(data: list[dict[str, Any]]) -> list[Sample]:
         One sample per conversation, in file order.
 
     Raises:
-        ValueError: the layout errors of :func:`aml_ray.datasets.locomo.parse_sessions`, an answer that is
-            not a non-empty list, or a category outside 1-4; the message names the sample and the item.
+        DatasetFormatError: the layout errors of :func:`aml_ray.datasets.locomo.parse_locomo`, an answer
+            that is not a non-empty list of strings or numbers, or a category outside 1-4; the message
+            names the item (index and sample_id) and the field.
     """
-    if not isinstance(data, list):
-        raise ValueError(f"LoCoMo-Refined file must hold a JSON list of conversations, got {type(data).__name__}")
+    Where("top level").check(data, list, "a JSON list of conversations")
     samples = []
-    for item in data:
-        sample_id = item["sample_id"]
-        conv = item["conversation"]
-        samples.append(Sample(sample_id=sample_id, sessions=parse_sessions(sample_id, conv),
-                              questions=_questions(sample_id, item.get("qa", [])),
+    for index, item in enumerate(data):
+        sample_id, conv, where = parse_conversation(index, item)
+        samples.append(Sample(sample_id=sample_id, sessions=parse_sessions(sample_id, conv, where / "conversation"),
+                              questions=_questions(sample_id, where.get(item, "qa", list, required=False,
+                                                                        default=[]), where / "qa"),
                               speakers=(conv["speaker_a"], conv["speaker_b"])))
     return samples
 
@@ -95,7 +97,9 @@ def load_locomo_refined(path: str | os.PathLike[str]) -> list[Sample]:
 
     Raises:
         OSError: the file cannot be read.
-        ValueError: invalid JSON or any error of :func:`parse_locomo_refined`.
+        DatasetFormatError: an empty file, invalid JSON or any error of :func:`parse_locomo_refined`; the
+            message names the file.
     """
-    with open(path, encoding="utf-8") as f:
-        return parse_locomo_refined(json.load(f))
+    data = read_json(path, list, "a JSON list of conversations")
+    with in_file(path):
+        return parse_locomo_refined(data)

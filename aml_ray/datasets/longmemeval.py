@@ -17,7 +17,7 @@ Mapping decisions:
   after the ``question_date``; upstream keeps them, and so do we.
 - Dates look like ``"2023/05/30 (Tue) 23:40"``; upstream gives no time zone, so the wall time is taken
   **as UTC** (as for LoCoMo). The weekday must agree with the date. A malformed date raises
-  ``ValueError`` naming the instance, the field (``haystack_dates[3]`` or ``question_date``) and the value.
+  ``DatasetFormatError`` naming the instance, the field (``haystack_dates[3]`` or ``question_date``) and the value.
 - Each turn becomes ``Message(role, content, timestamp)`` with the source role (``user`` /
   ``assistant``) and content unchanged; timestamp = session start (ms) + turn index, as for LoCoMo.
   ``has_answer`` (turn-level evidence) is not sent.
@@ -36,7 +36,6 @@ overall accuracy (micro average).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from datetime import datetime, timezone
@@ -45,6 +44,7 @@ from typing import Any
 
 from aml_ray.contract import Message
 from aml_ray.datasets.base import Question, Sample, Session
+from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_json
 
 #: The six upstream question types (MANIFEST.md 3.3), in upstream order.
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
@@ -61,7 +61,7 @@ _REQUIRED = ("question_id", "question_type", "question", "answer", "question_dat
              "haystack_session_ids", "haystack_sessions")
 
 
-def parse_longmemeval_date(value: Any, *, question_id: str, field: str) -> int:
+def parse_longmemeval_date(value: Any, *, question_id: str, field: str, where: Where | None = None) -> int:
     """Parse a LongMemEval date into UTC Unix milliseconds.
 
     Examples:
@@ -72,17 +72,19 @@ def parse_longmemeval_date(value: Any, *, question_id: str, field: str) -> int:
         value: the field's value, e.g. ``"2023/05/30 (Tue) 23:40"``.
         question_id: the instance, for the error message.
         field: the field name (``"question_date"``, ``"haystack_dates[3]"``), for the error message.
+        where: the field's place in the file (default: instance ``question_id``, field ``field``).
 
     Returns:
         Milliseconds since the Unix epoch; the wall time is taken as UTC (the source has no zone).
 
     Raises:
-        ValueError: not a string in that format, not a real date, or a weekday that disagrees with the
-            date; the message names the instance, the field and the value.
+        DatasetFormatError: not a string in that format, not a real date, or a weekday that disagrees
+            with the date; the message names the instance, the field and the value.
     """
-    def bad(why: str) -> ValueError:
-        return ValueError(f"LongMemEval instance {question_id!r}: malformed {field}={value!r} ({why}); "
-                          "expected a date like '2023/05/30 (Tue) 23:40'")
+    here = where or Where(f"instance {question_id!r}", field)
+
+    def bad(why: str) -> DatasetFormatError:
+        return here.error(f"malformed {field}={value!r} ({why}); expected a date like '2023/05/30 (Tue) 23:40'")
 
     if not isinstance(value, str):
         raise bad("not a string")
@@ -99,7 +101,7 @@ def parse_longmemeval_date(value: Any, *, question_id: str, field: str) -> int:
     return int(dt.timestamp()) * 1000
 
 
-def category_of(question_id: str, question_type: str) -> str:
+def category_of(question_id: str, question_type: str, where: Where | None = None) -> str:
     """The category of a question: ``"abstention"`` for ``*_abs`` ids, else its question type.
 
     Examples:
@@ -109,65 +111,69 @@ def category_of(question_id: str, question_type: str) -> str:
         'single-session-user'
 
     Raises:
-        ValueError: an unknown question type (the message lists the six known ones).
+        DatasetFormatError: an unknown question type (the message lists the six known ones).
     """
     if question_type not in QUESTION_TYPES:
-        raise ValueError(f"LongMemEval instance {question_id!r}: unknown question_type {question_type!r}; "
-                         f"expected one of {list(QUESTION_TYPES)}")
+        raise (where or Where(f"instance {question_id!r}", "question_type")).error(
+            f"unknown question_type {question_type!r}; expected one of {list(QUESTION_TYPES)}")
     return ABSTENTION if question_id.endswith(ABSTENTION_SUFFIX) else question_type
 
 
-def parse_instance(item: dict[str, Any]) -> Sample:
+def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
     """Turn one LongMemEval instance into a sample (mapping rules in the module docstring).
 
     Args:
         item: one decoded instance with the fields of MANIFEST.md 3.3.
+        index: its 0-based position in the file, for error messages.
 
     Returns:
         One sample with its sessions in time order and its single question.
 
     Raises:
-        ValueError: a missing field, lists of different lengths, a malformed date, an unknown role or
-            question type, or an empty turn; the message names the instance and the field.
+        DatasetFormatError: a missing field or one of the wrong type, lists of different lengths, a
+            malformed date, an unknown role or question type, or an empty turn; the message names the
+            item (index and question_id) and the field.
     """
-    if not isinstance(item, dict):
-        raise ValueError(f"LongMemEval instance must be a JSON object, got {type(item).__name__}")
-    qid = item.get("question_id")
-    if not isinstance(qid, str) or not qid:
-        raise ValueError(f"LongMemEval instance without a question_id: keys {sorted(item)[:12]}")
-    missing = [k for k in _REQUIRED if k not in item]
-    if missing:
-        raise ValueError(f"LongMemEval instance {qid!r}: missing fields {missing}")
-    dates, ids, sessions = item["haystack_dates"], item["haystack_session_ids"], item["haystack_sessions"]
-    if not (isinstance(dates, list) and isinstance(ids, list) and isinstance(sessions, list)):
-        raise ValueError(f"LongMemEval instance {qid!r}: haystack_dates, haystack_session_ids and "
-                         "haystack_sessions must be lists")
+    where = Where.item_of(index, item, "question_id")
+    where.check(item, dict, "a JSON object (one instance)")
+    qid = where.get(item, "question_id", str, nonempty=True)
+    for key in _REQUIRED:
+        if key not in item:
+            raise (where / key).error(f"missing; an instance needs {list(_REQUIRED)}")
+    dates = where.get(item, "haystack_dates", list)
+    ids = where.get(item, "haystack_session_ids", list)
+    sessions = where.get(item, "haystack_sessions", list)
     if not len(dates) == len(ids) == len(sessions):
-        raise ValueError(f"LongMemEval instance {qid!r}: haystack_dates ({len(dates)}), haystack_session_ids "
-                         f"({len(ids)}) and haystack_sessions ({len(sessions)}) differ in length")
+        raise where.error(f"haystack_dates ({len(dates)}), haystack_session_ids ({len(ids)}) and "
+                          f"haystack_sessions ({len(sessions)}) differ in length")
+    for i, sid in enumerate(ids):
+        (where / "haystack_session_ids" / i).check(sid, (str, int), "a session id")
     if len(set(map(str, ids))) != len(ids):
-        raise ValueError(f"LongMemEval instance {qid!r}: haystack_session_ids are not unique")
-    starts = [parse_longmemeval_date(d, question_id=qid, field=f"haystack_dates[{i}]") for i, d in enumerate(dates)]
-    parse_longmemeval_date(item["question_date"], question_id=qid, field="question_date")
+        raise (where / "haystack_session_ids").error("the session ids are not unique")
+    starts = [parse_longmemeval_date(d, question_id=qid, field=f"haystack_dates[{i}]",
+                                     where=where / "haystack_dates" / i) for i, d in enumerate(dates)]
+    parse_longmemeval_date(item["question_date"], question_id=qid, field="question_date",
+                           where=where / "question_date")
     order = sorted(range(len(sessions)), key=lambda i: starts[i])  # stable: same-date sessions keep file order
     out: list[Session] = []
     for i in order:
         messages = []
-        for j, turn in enumerate(sessions[i]):
+        turns = (where / "haystack_sessions" / i).check(sessions[i], list, "a list of turns {role, content}")
+        for j, turn in enumerate(turns):
+            here = where / "haystack_sessions" / i / j
+            here.check(turn, dict, "a turn {role, content}")
             role, content = turn.get("role"), turn.get("content")
             if role not in ("user", "assistant"):
-                raise ValueError(f"LongMemEval instance {qid!r}: haystack_sessions[{i}][{j}] has role {role!r}, "
-                                 "expected 'user' or 'assistant'")
-            if not isinstance(content, str) or not content.strip():
-                raise ValueError(f"LongMemEval instance {qid!r}: haystack_sessions[{i}][{j}] has empty content")
+                raise (here / "role").error(f"role {role!r}; expected 'user' or 'assistant'")
+            here.get(turn, "content", str, "non-empty text", nonempty=True)
             messages.append(Message(role=role, content=content, timestamp=starts[i] + j))
         out.append(Session(key=str(ids[i]), index=len(out) + 1, started_at_ms=starts[i], messages=tuple(messages)))
-    answer = item["answer"]
+    answer = where.get(item, "answer", (str, int, float), "the gold answer as text or a number")
     question = Question(
-        question_id=qid, sample_id=qid, question=str(item["question"]),
+        question_id=qid, sample_id=qid, question=where.get(item, "question", str, nonempty=True),
         answer=answer if isinstance(answer, str) else str(answer),
-        category=category_of(qid, item["question_type"]),
-        evidence=tuple(str(s) for s in item.get("answer_session_ids") or ()),
+        category=category_of(qid, where.get(item, "question_type", str), where / "question_type"),
+        evidence=tuple(str(s) for s in where.get(item, "answer_session_ids", list, required=False, default=[])),
         question_date=item["question_date"],
     )
     return Sample(sample_id=qid, sessions=tuple(out), questions=(question,))
@@ -177,15 +183,18 @@ def parse_longmemeval(data: list[dict[str, Any]]) -> list[Sample]:
     """Turn a decoded LongMemEval file (a list of instances) into samples, in file order.
 
     Raises:
-        ValueError: the data is not a list, a question_id repeats, or any error of :func:`parse_instance`.
+        DatasetFormatError: the data is not a list, a question_id repeats, or any error of
+            :func:`parse_instance`.
     """
-    if not isinstance(data, list):
-        raise ValueError(f"LongMemEval file must hold a JSON list of instances, got {type(data).__name__}")
-    samples = [parse_instance(item) for item in data]
+    Where("top level").check(data, list, "a JSON list of instances")
+    return _unique([parse_instance(item, i) for i, item in enumerate(data)])
+
+
+def _unique(samples: list[Sample]) -> list[Sample]:
     seen: set[str] = set()
-    for s in samples:
+    for i, s in enumerate(samples):
         if s.sample_id in seen:
-            raise ValueError(f"LongMemEval question_id {s.sample_id!r} occurs twice")
+            raise Where(f"item {i}", "question_id").error(f"question_id {s.sample_id!r} occurs twice")
         seen.add(s.sample_id)
     return samples
 
@@ -202,19 +211,21 @@ def load_longmemeval(path: str | os.PathLike[str]) -> list[Sample]:
 
     Raises:
         OSError: the path cannot be read.
-        ValueError: invalid JSON or any error of :func:`parse_longmemeval`.
+        DatasetFormatError: an empty directory, an empty file, invalid JSON or any error of
+            :func:`parse_instance`; the message names the file.
     """
     path = Path(path)
-    if path.is_dir():
-        files = sorted(path.glob("*.json"))
-        if not files:
-            raise ValueError(f"LongMemEval directory {path} holds no *.json instance files")
-        data = []
-        for f in files:
-            with open(f, encoding="utf-8") as fh:
-                obj = json.load(fh)
-            data.extend(obj if isinstance(obj, list) else [obj])
-    else:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    return parse_longmemeval(data)
+    if not path.is_dir():
+        data = read_json(path, list, "a JSON list of instances")
+        with in_file(path):
+            return parse_longmemeval(data)
+    files = sorted(path.glob("*.json"))
+    if not files:
+        raise DatasetFormatError("holds no *.json instance files; expected one instance per file", file=path)
+    samples = []
+    for f in files:
+        obj = read_json(f, (dict, list), "a JSON object (one instance) or a list of instances")
+        with in_file(f):
+            samples += [parse_instance(x, i) for i, x in enumerate(obj if isinstance(obj, list) else [obj])]
+    with in_file(path):
+        return _unique(samples)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import os
 import re
@@ -45,6 +46,7 @@ from typing import Any
 from aml_ray.contract import Message
 from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.base import Question, Sample, Session
+from aml_ray.datasets.validate import Where, describe, in_file, read_text
 
 #: Columns every questions CSV must have (MANIFEST.md section 2).
 REQUIRED_COLUMNS = ("persona_id", "question_id", "question_type", "topic", "shared_context_id",
@@ -66,30 +68,38 @@ def contexts_file_for(questions_csv: str | os.PathLike[str]) -> Path:
     return p.with_name(f"shared_contexts_{m.group(1)}.jsonl")
 
 
-def parse_options(raw: str, *, question_id: str) -> tuple[str, ...]:
+def parse_options(raw: str, *, question_id: str, where: Where | None = None) -> tuple[str, ...]:
     """Parse ``all_options``: a JSON or Python-literal list of ``"(x) ..."`` strings.
 
     Examples:
         >>> parse_options('["(a) tea", "(b) coffee"]', question_id="q1")
         ('(a) tea', '(b) coffee')
 
+    Args:
+        raw: the cell's text.
+        question_id: the question, for the error message.
+        where: the cell's place in the file (default: question ``question_id``, field ``all_options``).
+
     Raises:
-        ValueError: not a list of labelled strings, or a label repeats; the message names the question.
+        DatasetFormatError: not a list of labelled strings, or a label repeats; the message names the
+            question.
     """
+    here = where or Where(f"question {question_id!r}", "all_options")
     value: Any = None
     for parse in (json.loads, ast.literal_eval):
         try:
             value = parse(raw)
             break
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             continue
     if not isinstance(value, list) or not value or not all(isinstance(o, str) for o in value):
-        raise ValueError(f"PersonaMem question {question_id!r}: all_options is not a list of strings: {raw[:120]!r}")
+        raise here.error(f"all_options is not a list of strings: {raw[:120]!r}; expected a JSON list like "
+                         "'[\"(a) ...\", \"(b) ...\"]'")
     labels = [option_label(o) for o in value]
     if None in labels:
-        raise ValueError(f"PersonaMem question {question_id!r}: an option lacks its '(x)' label: {raw[:120]!r}")
+        raise here.error(f"an option lacks its '(x)' label: {raw[:120]!r}")
     if len(set(labels)) != len(labels):
-        raise ValueError(f"PersonaMem question {question_id!r}: option labels repeat: {labels}")
+        raise here.error(f"option labels repeat: {labels}")
     return tuple(o.strip() for o in value)
 
 
@@ -108,80 +118,99 @@ def read_contexts(path: str | os.PathLike[str]) -> dict[str, list[dict[str, Any]
     """Read ``shared_contexts_<size>.jsonl`` into ``{shared_context_id: messages}``.
 
     Raises:
-        ValueError: a line that is not JSON or not one of the two accepted forms, or a repeated id; the
-            message names the line number.
+        DatasetFormatError: an empty file, a line that is not JSON or not one of the two accepted forms,
+            a message that is not ``{role, content}``, or a repeated id; the message names the file and
+            the line.
     """
     out: dict[str, list[dict[str, Any]]] = {}
-    for n, obj in iter_jsonl(path):
-        if isinstance(obj, dict) and "shared_context_id" in obj and isinstance(obj.get("messages"), list):
-            key, messages = str(obj["shared_context_id"]), obj["messages"]
-        elif isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):
-            key, messages = next(iter(obj.items()))
-        else:
-            raise ValueError(f"{path}:{n}: expected {{\"<shared_context_id>\": [messages]}}")
-        if key in out:
-            raise ValueError(f"{path}:{n}: shared_context_id {key!r} occurs twice")
-        out[key] = messages
+    with in_file(path):
+        for n, obj in iter_jsonl(path, 'one {"<shared_context_id>": [messages]} object per line'):
+            where = Where(f"line {n}")
+            if isinstance(obj, dict) and "shared_context_id" in obj and isinstance(obj.get("messages"), list):
+                key, messages, where = str(obj["shared_context_id"]), obj["messages"], where / "messages"
+            elif isinstance(obj, dict) and len(obj) == 1 and isinstance(next(iter(obj.values())), list):
+                key, messages = next(iter(obj.items()))
+                where = where / key
+            else:
+                raise where.error(f'expected {{"<shared_context_id>": [messages]}}, got {describe(obj)}')
+            if key in out:
+                raise where.error(f"shared_context_id {key!r} occurs twice")
+            _check_messages(messages, where)
+            out[key] = messages
     return out
 
 
-def _messages(context_id: str, messages: list[Any]) -> tuple[Message, ...]:
-    out = []
+def _check_messages(messages: list[Any], where: Where) -> None:
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in _ROLES:
-            raise ValueError(f"PersonaMem context {context_id!r} message {i}: expected {{role: "
-                             f"{'|'.join(_ROLES)}, content}}, got {str(m)[:120]!r}")
-        content = m.get("content")
-        if isinstance(content, str) and content.strip():
-            out.append(Message(role=m["role"], content=content))
-    return tuple(out)
+        (where / i).check(m, dict, f"a message {{role: {'|'.join(_ROLES)}, content}}")
+        if m.get("role") not in _ROLES:
+            raise (where / i / "role").error(f"role {m.get('role')!r}; expected one of {list(_ROLES)}")
+        (where / i).get(m, "content", str, required=False)
 
 
-def parse_personamem(rows: list[dict[str, str]], contexts: dict[str, list[dict[str, Any]]]) -> list[Sample]:
+def _messages(context_id: str, messages: list[Any]) -> tuple[Message, ...]:
+    _check_messages(messages, Where(f"context {context_id!r}"))
+    return tuple(Message(role=m["role"], content=m["content"]) for m in messages
+                 if isinstance(m.get("content"), str) and m["content"].strip())
+
+
+def _check_columns(columns: Any) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in (columns or ())]
+    if missing:
+        raise Where("header").error(f"lacks columns {missing}; required: {list(REQUIRED_COLUMNS)}")
+
+
+def parse_personamem(rows: list[dict[str, str]], contexts: dict[str, list[dict[str, Any]]],
+                     lines: list[int] | None = None) -> list[Sample]:
     """Build samples from question rows and contexts (rules in the module docstring).
 
     Args:
         rows: the questions CSV as dicts (``csv.DictReader``), in file order.
         contexts: ``{shared_context_id: messages}`` (:func:`read_contexts`).
+        lines: each row's line number in the file, for error messages (default: a row per line after
+            the header).
 
     Returns:
         One sample per (context, end index), in order of first appearance.
 
     Raises:
-        ValueError: a missing column, an unknown context, an end index outside the context, a gold
-            label that is not among the options, or a repeated question_id; the message names the row.
+        DatasetFormatError: a missing column or cell, an unknown context, an end index outside the
+            context, a gold label that is not among the options, or a repeated question_id; the message
+            names the row (its CSV line and question_id) and the column.
     """
     if rows:
-        missing = [c for c in REQUIRED_COLUMNS if c not in rows[0]]
-        if missing:
-            raise ValueError(f"PersonaMem questions lack columns {missing}; required: {list(REQUIRED_COLUMNS)}")
+        _check_columns(rows[0])
     groups: dict[tuple[str, int], list[Question]] = {}
     seen: set[str] = set()
-    for n, row in enumerate(rows, start=2):  # line 1 is the header
-        qid = row["question_id"].strip()
+    for i, row in enumerate(rows):
+        where = Where.item_of(lines[i] if lines else i + 2, row, "question_id", noun="line")  # line 1: header
+        cell = {c: where.get(row, c, str, "a cell (the row has fewer cells than the header)").strip()
+                for c in REQUIRED_COLUMNS}
+        qid = cell["question_id"]
         if not qid or qid in seen:
-            raise ValueError(f"PersonaMem questions line {n}: question_id {qid!r} is empty or repeats")
+            raise (where / "question_id").error(f"question_id {qid!r} is empty or repeats")
         seen.add(qid)
-        ctx = row["shared_context_id"].strip()
+        ctx = cell["shared_context_id"]
         if ctx not in contexts:
-            raise ValueError(f"PersonaMem question {qid!r}: shared_context_id {ctx!r} is not in the contexts file")
+            raise (where / "shared_context_id").error(f"shared_context_id {ctx!r} is not in the contexts file")
         try:
-            end = int(float(row["end_index_in_shared_context"]))
-        except ValueError:
-            raise ValueError(f"PersonaMem question {qid!r}: end_index_in_shared_context "
-                             f"{row['end_index_in_shared_context']!r} is not a number") from None
+            end = int(float(cell["end_index_in_shared_context"]))
+        except (ValueError, OverflowError):
+            raise (where / "end_index_in_shared_context").error(
+                f"end_index_in_shared_context {cell['end_index_in_shared_context']!r} is not a number") from None
         if not 0 < end <= len(contexts[ctx]):
-            raise ValueError(f"PersonaMem question {qid!r}: end_index_in_shared_context {end} is outside the "
-                             f"context's {len(contexts[ctx])} messages")
-        options = parse_options(row["all_options"], question_id=qid)
-        gold = option_label(row["correct_answer"]) or row["correct_answer"].strip().strip("()").lower()
+            raise (where / "end_index_in_shared_context").error(
+                f"end_index_in_shared_context {end} is outside the context's {len(contexts[ctx])} messages")
+        options = parse_options(cell["all_options"], question_id=qid, where=where / "all_options")
+        gold = option_label(cell["correct_answer"]) or cell["correct_answer"].strip("()").lower()
         if gold not in {option_label(o) for o in options}:
-            raise ValueError(f"PersonaMem question {qid!r}: correct_answer {row['correct_answer']!r} is not one of "
-                             f"the option labels {[option_label(o) for o in options]}")
+            raise (where / "correct_answer").error(
+                f"correct_answer {row['correct_answer']!r} is not one of the option labels "
+                f"{[option_label(o) for o in options]}")
         sample_id = f"{ctx}-{end}"
         groups.setdefault((ctx, end), []).append(Question(
             question_id=qid, sample_id=sample_id, question=row["user_question_or_message"],
-            answer=f"({gold})", category=row["question_type"].strip(), options=options,
+            answer=f"({gold})", category=cell["question_type"], options=options,
             evidence=(f"{ctx}[:{end}]",)))
     samples = []
     for (ctx, end), questions in groups.items():
@@ -202,9 +231,26 @@ def load_personamem(path: str | os.PathLike[str]) -> list[Sample]:
 
     Raises:
         OSError: a file cannot be read.
-        ValueError: a bad file name or any error of :func:`read_contexts` / :func:`parse_personamem`.
+        ValueError: a bad file name.
+        DatasetFormatError: an empty questions file or any error of :func:`read_contexts` /
+            :func:`parse_personamem`; the message names the file.
     """
-    contexts = read_contexts(contexts_file_for(path))
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return parse_personamem(rows, contexts)
+    contexts_file = contexts_file_for(path)
+    text = read_text(path, f"a CSV header with the columns {list(REQUIRED_COLUMNS)}, then one question per row")
+    rows, lines = [], []
+    with in_file(path):
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        end = 1  # the header's line
+        try:
+            for r in reader:  # a row starts on the line after the previous one ends (a cell may hold newlines)
+                rows.append(r)
+                lines.append(end + 1)
+                end = reader.line_num
+        except csv.Error as exc:
+            raise Where(f"line {reader.line_num}").error(f"not CSV ({exc})") from None
+        _check_columns(reader.fieldnames)
+        if not rows:
+            raise Where("header").error("no question rows after the header; expected one question per row")
+    contexts = read_contexts(contexts_file)
+    with in_file(path):
+        return parse_personamem(rows, contexts, lines)

@@ -28,11 +28,11 @@ Mapping decisions:
   becomes ``Message(role="user", content=...)``: ``"<speaker>: <text>"`` for ``type == "dialogue"``,
   ``"[Narration] <text>"`` for ``type == "narration"`` (speaker null). The role only says the text is
   input to remember; the speaker's name stays in the content. Another ``type``, a dialogue turn
-  without a speaker, or empty text raises ``ValueError`` naming the ``dia_id``.
+  without a speaker, or empty text raises ``DatasetFormatError`` naming the ``dia_id``.
 - Dates: ``session_N_date_time`` is ``"<Month> <d>, <yyyy>"`` (``"September 22, 1994"``), taken as
   00:00 UTC, and a message's timestamp is that + its 0-based position in ms; or the literal
   ``"Unknown"``, which the upstream README documents as the value for undated sessions: those messages
-  carry no timestamp (never the current time). Anything else raises ``ValueError``.
+  carry no timestamp (never the current time). Anything else raises ``DatasetFormatError``.
 - Questions (``questions.jsonl``): ``question_id`` is the upstream ``qa_id`` (``angry:conv-0#q0000``, the
   id a ScriptMem submission uses); ``category`` is ``qa_type`` (``single_choice``, ``multi_select``,
   ``ordering``: the scoring rule depends on it); ``options`` is the upstream ``option`` list
@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ from aml_ray.datasets.jsonl import iter_jsonl
 from aml_ray.datasets.dates import utc_midnight_ms
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.fetch import DatasetError, DatasetHashMismatch, verify_sha256
+from aml_ray.datasets.validate import DatasetFormatError, Where, describe, in_file
 
 #: Dataset name used in ids (``eval:<run>:scriptmem:<sample>``).
 DATASET = "scriptmem"
@@ -92,7 +94,7 @@ class ScriptsNotPublished(DatasetError, FileNotFoundError):
     """
 
 
-def parse_session_date(value: Any, *, where: str) -> int | None:
+def parse_session_date(value: Any, *, where: str | Where) -> int | None:
     """Parse a ScriptMem ``session_N_date_time`` into UTC Unix milliseconds, or None for ``"Unknown"``.
 
     Examples:
@@ -103,17 +105,20 @@ def parse_session_date(value: Any, *, where: str) -> int | None:
 
     Args:
         value: the field's value.
-        where: the sample and session, for the error message.
+        where: the field's place (a :class:`Where`, or text naming the sample and session).
 
     Returns:
         Milliseconds since the epoch of that day's 00:00 UTC, or None for the literal ``"Unknown"``.
 
     Raises:
-        ValueError: anything else (not a string, another format, an unknown month, an impossible day).
+        DatasetFormatError: anything else (not a string, another format, an unknown month, an
+            impossible day).
     """
-    def bad(why: str) -> ValueError:
-        return ValueError(f"ScriptMem {where}: malformed session date {value!r} ({why}); expected a date "
-                          f"like 'September 22, 1994' or {UNKNOWN_DATE!r}")
+    here = where if isinstance(where, Where) else Where(f"ScriptMem {where}")
+
+    def bad(why: str) -> DatasetFormatError:
+        return here.error(f"malformed session date {value!r} ({why}); expected a date like 'September 22, 1994' "
+                          f"or {UNKNOWN_DATE!r}")
 
     if value == UNKNOWN_DATE:
         return None
@@ -125,33 +130,33 @@ def parse_session_date(value: Any, *, where: str) -> int | None:
     return utc_midnight_ms(m.group(3), m.group(1), m.group(2), bad)
 
 
-def _render_turn(turn: dict[str, Any], where: str) -> str:
-    kind, text, speaker = turn.get("type"), turn.get("text"), turn.get("speaker")
-    where = f"{where} turn {turn.get('dia_id')!r}"
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"ScriptMem {where}: empty or non-text 'text'")
+def _render_turn(turn: Any, where: Where) -> str:
+    where.check(turn, dict, "a turn object {type, speaker, dia_id, text}")
+    kind, speaker = turn.get("type"), turn.get("speaker")
+    text = where.get(turn, "text", str, "non-empty text", nonempty=True)
     if kind == "dialogue":
         if not isinstance(speaker, str) or not speaker.strip():
-            raise ValueError(f"ScriptMem {where}: a dialogue turn needs a speaker")
+            raise (where / "speaker").error(f"turn {turn.get('dia_id')!r}: a dialogue turn needs a speaker, "
+                                            f"got {describe(speaker)}")
         return f"{speaker}: {text}"
     if kind == "narration":
         return f"[Narration] {text}"
-    raise ValueError(f"ScriptMem {where}: type {kind!r} is not 'dialogue' or 'narration'")
+    raise (where / "type").error(f"turn {turn.get('dia_id')!r}: type {kind!r} is not 'dialogue' or 'narration'")
 
 
-def _sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
+def _sessions(conv: dict[str, Any], where: Where) -> tuple[Session, ...]:
     numbered = sorted((int(m.group(1)), key) for key in conv if (m := _SESSION_KEY.match(key)))
     sessions = []
     for _, key in numbered:
-        turns = conv[key]
+        turns = (where / key).check(conv[key], list, "a list of turns")
         if not turns:
             continue
         date_key = f"{key}_date_time"
         if date_key not in conv:
-            raise ValueError(f"ScriptMem {sample_id}: {key} has turns but no {date_key}")
-        start = parse_session_date(conv[date_key], where=f"{sample_id} {date_key}")
+            raise (where / date_key).error(f"missing; {key} has turns, so its date is required")
+        start = parse_session_date(conv[date_key], where=where / date_key)
         messages = tuple(
-            Message(role="user", content=_render_turn(turn, f"{sample_id} {key}"),
+            Message(role="user", content=_render_turn(turn, where / key / i),
                     timestamp=None if start is None else start + i)
             for i, turn in enumerate(turns))
         sessions.append(Session(key=key, index=len(sessions) + 1, started_at_ms=start,  # type: ignore[arg-type]
@@ -159,7 +164,7 @@ def _sessions(sample_id: str, conv: dict[str, Any]) -> tuple[Session, ...]:
     return tuple(sessions)
 
 
-def split_question(text: str, options: list[str], *, qa_id: str) -> str:
+def split_question(text: str, options: list[str], *, qa_id: str, where: Where | None = None) -> str:
     """The question text without its lettered option lines (stem and answer-format sentence kept).
 
     Examples:
@@ -171,12 +176,13 @@ def split_question(text: str, options: list[str], *, qa_id: str) -> str:
         text: the upstream ``question``: stem, the options one per line, then the format sentence.
         options: the upstream ``option`` list, in order.
         qa_id: for the error message.
+        where: the question field's place in the file (default: question ``qa_id``, field ``question``).
 
     Returns:
         ``stem + "\\n\\n" + format sentence`` (each stripped; the sentence may be empty).
 
     Raises:
-        ValueError: the options are not found in order, each at the start of a line.
+        DatasetFormatError: the options are not found in order, each at the start of a line.
     """
     pos, first = 0, None
     for option in options:
@@ -184,8 +190,8 @@ def split_question(text: str, options: list[str], *, qa_id: str) -> str:
         while i > 0 and text[i - 1] != "\n":
             i = text.find(option, i + 1)
         if i <= 0:
-            raise ValueError(f"ScriptMem question {qa_id}: option {option[:40]!r} is not on its own line, in "
-                             "order, in the question text")
+            raise (where or Where(f"question {qa_id}", "question")).error(
+                f"option {option[:40]!r} is not on its own line, in order, in the question text")
         first = i if first is None else first
         pos = i + len(option)
     stem, tail = text[:first].strip(), text[pos:].strip()
@@ -201,32 +207,38 @@ def _letters_of(answer: Any) -> list[str]:
     return letters
 
 
-def _question(item: dict[str, Any], sample_id: str) -> Question:
-    qa_id = item["qa_id"]
+def _question(item: Any, where: Where) -> Question:
+    """One ``questions.jsonl`` record as a Question (its sample_id is set once its conversation is known)."""
+    where.check(item, dict, "a question object {qa_id, conversation_id, qa_type, question, option, answer, "
+                            "answer_letters}")
+    qa_id = where.get(item, "qa_id", str, nonempty=True)
+    where.get(item, "conversation_id", str, nonempty=True)
     qa_type = item.get("qa_type")
     if qa_type not in QA_TYPES:
-        raise ValueError(f"ScriptMem question {qa_id}: qa_type {qa_type!r} is not one of {QA_TYPES}")
-    options = item.get("option")
-    if not isinstance(options, list) or len(options) < 2:
-        raise ValueError(f"ScriptMem question {qa_id}: 'option' must list at least two options")
-    letters = [(_OPTION.match(str(o)) or [None, None])[1] for o in options]
+        raise (where / "qa_type").error(f"qa_type {qa_type!r} is not one of {QA_TYPES}")
+    options = where.get(item, "option", list, "a list of at least two options 'A. ...', 'B. ...'")
+    if len(options) < 2 or not all(isinstance(o, str) for o in options):
+        raise (where / "option").error("'option' must list at least two options as text")
+    letters = [(_OPTION.match(o) or [None, None])[1] for o in options]
     if letters != [chr(ord("A") + i) for i in range(len(options))]:
-        raise ValueError(f"ScriptMem question {qa_id}: options must be lettered A., B., ... in order")
+        raise (where / "option").error("options must be lettered A., B., ... in order")
     gold = item.get("answer_letters")
-    if not isinstance(gold, list) or not gold or not set(gold) <= set(letters) or len(set(gold)) != len(gold):
-        raise ValueError(f"ScriptMem question {qa_id}: answer_letters {gold!r} must be distinct option letters")
+    if not isinstance(gold, list) or not gold or not set(map(str, gold)) <= set(letters) or len(set(gold)) != len(gold):
+        raise (where / "answer_letters").error(f"answer_letters {gold!r} must be distinct option letters")
     if gold != _letters_of(item.get("answer")):
-        raise ValueError(f"ScriptMem question {qa_id}: answer_letters {gold} disagree with the gold option "
-                         f"texts {_letters_of(item.get('answer'))}")
+        raise (where / "answer_letters").error(f"answer_letters {gold} disagree with the gold option texts "
+                                               f"{_letters_of(item.get('answer'))}")
     if qa_type == "single_choice" and len(gold) != 1:
-        raise ValueError(f"ScriptMem question {qa_id}: a single_choice question needs exactly one gold letter")
-    return Question(question_id=qa_id, sample_id=sample_id,
-                    question=split_question(item["question"], options, qa_id=qa_id),
+        raise (where / "answer_letters").error("a single_choice question needs exactly one gold letter")
+    text = where.get(item, "question", str, nonempty=True)
+    return Question(question_id=qa_id, sample_id="", question=split_question(text, options, qa_id=qa_id,
+                                                                             where=where / "question"),
                     answer=list(gold), category=qa_type, options=tuple(options))
 
 
 def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[str, Any]], *,
-                    allow_placeholder: bool = False) -> list[Sample]:
+                    allow_placeholder: bool = False, questions_file: str | os.PathLike[str] | None = None,
+                    conversations_file: str | os.PathLike[str] | None = None) -> list[Sample]:
     """Join the questions with their conversations (mapping rules in the module docstring).
 
     Args:
@@ -234,6 +246,7 @@ def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[st
         conversations: the decoded lines of the conversation file.
         allow_placeholder: accept the published ``format_example`` placeholder (for tests; the samples
             are then the synthetic example, not the scripts).
+        questions_file / conversations_file: the files they were read from, named in errors.
 
     Returns:
         One sample per conversation that has questions, in conversation-file order; each sample's
@@ -242,49 +255,59 @@ def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[st
     Raises:
         ScriptsNotPublished: a conversation is the published ``format_example`` and placeholders are
             not allowed.
-        ValueError: a question whose ``conversation_id`` has no conversation (the message lists the
-            missing ids), a duplicate conversation, or any malformed field.
+        DatasetFormatError: a question whose ``conversation_id`` has no conversation (the message lists
+            the missing ids), a duplicate conversation, or any malformed field; the message names the
+            file, the item (its 0-based position among the file's records and its id) and the field.
     """
-    by_conversation: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for item in questions:
-        by_conversation[item["conversation_id"]].append(item)
-    convs: dict[str, dict[str, Any]] = {}
-    for line in conversations:
-        cid = line.get("conversation_id") or f"{line['source']}:{line['sample_id']}"
-        if cid in convs:
-            raise ValueError(f"ScriptMem conversation file: {cid!r} appears twice")
-        convs[cid] = line
-    missing = sorted(set(by_conversation) - set(convs))
-    if missing:
-        raise ValueError(f"ScriptMem: the conversation file has no conversation for {missing} "
-                         f"({sum(len(by_conversation[m]) for m in missing)} questions); it must hold every "
-                         "script the questions are about")
-    samples = []
-    for cid, line in convs.items():
-        if cid not in by_conversation:
-            continue
-        conv = line.get("conversation")
-        if not isinstance(conv, dict):
-            raise ValueError(f"ScriptMem conversation {cid!r}: 'conversation' must be an object")
-        if "format_example" in conv:
-            if not allow_placeholder:
-                raise ScriptsNotPublished(
-                    f"ScriptMem conversation {cid!r} is the published placeholder (a synthetic "
-                    "format_example); the script texts are not published. Pass the operator's "
-                    f"conversation file in the same layout (--data PATH, or {CONVERSATIONS_FILE} beside "
-                    f"{QUESTIONS_FILE})")
-            conv = conv["format_example"]
-        sample_id = f"{line.get('source') or cid.split(':')[0]}-{line.get('sample_id') or cid.split(':')[-1]}"
-        sessions = _sessions(sample_id, conv)
-        if not sessions:
-            raise ValueError(f"ScriptMem conversation {cid!r}: no session with turns")
-        samples.append(Sample(sample_id=sample_id, sessions=sessions,
-                              questions=tuple(_question(q, sample_id) for q in by_conversation[cid])))
+    by_conversation: dict[str, list[Question]] = defaultdict(list)
+    with in_file(questions_file):
+        for i, item in enumerate(questions):
+            where = Where.item_of(i, item, "qa_id")
+            q = _question(item, where)
+            by_conversation[item["conversation_id"]].append(q)
+    convs: dict[str, tuple[Where, dict[str, Any]]] = {}
+    with in_file(conversations_file):
+        for i, line in enumerate(conversations):
+            where = Where.item_of(i, line, "conversation_id")
+            where.check(line, dict, "a conversation object {conversation_id, source, sample_id, conversation}")
+            cid = where.get(line, "conversation_id", str, required=False)
+            if not cid:
+                cid = f"{where.get(line, 'source', str)}:{where.get(line, 'sample_id', (str, int))}"
+            if cid in convs:
+                raise (where / "conversation_id").error(f"{cid!r} appears twice")
+            convs[cid] = (where, line)
+        missing = sorted(set(by_conversation) - set(convs))
+        if missing:
+            raise DatasetFormatError(f"no conversation for {missing} ({sum(len(by_conversation[m]) for m in missing)} "
+                                     "questions); the conversation file must hold every script the questions "
+                                     "are about")
+        samples = []
+        for cid, (where, line) in convs.items():
+            if cid not in by_conversation:
+                continue
+            conv = where.get(line, "conversation", dict)
+            conv_at = where / "conversation"
+            if "format_example" in conv:
+                if not allow_placeholder:
+                    raise ScriptsNotPublished(
+                        f"ScriptMem conversation {cid!r} is the published placeholder (a synthetic "
+                        "format_example); the script texts are not published. Pass the operator's "
+                        f"conversation file in the same layout (--data PATH, or {CONVERSATIONS_FILE} beside "
+                        f"{QUESTIONS_FILE})")
+                conv, conv_at = conv_at.get(conv, "format_example", dict), conv_at / "format_example"
+            source = line.get("source") if isinstance(line.get("source"), str) else None
+            sample = line.get("sample_id") if isinstance(line.get("sample_id"), (str, int)) else None
+            sample_id = f"{source or cid.split(':')[0]}-{sample or cid.split(':')[-1]}"
+            sessions = _sessions(conv, conv_at)
+            if not sessions:
+                raise conv_at.error("no session with turns; expected session_1, session_2, ... lists of turns")
+            samples.append(Sample(sample_id=sample_id, sessions=sessions,
+                                  questions=tuple(replace(q, sample_id=sample_id) for q in by_conversation[cid])))
     return samples
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [obj for _, obj in iter_jsonl(path)]
+def _read_jsonl(path: Path, what: str = "one JSON object per line") -> list[dict[str, Any]]:
+    return [obj for _, obj in iter_jsonl(path, what)]
 
 
 def questions_beside(conversations: Path) -> Path:
@@ -304,13 +327,16 @@ def load_scriptmem(path: str | os.PathLike[str], *, allow_placeholder: bool = Fa
 
     Raises:
         FileNotFoundError: a file is missing (:class:`ScriptsNotPublished` for the placeholder).
-        ValueError: invalid JSON or any error of :func:`parse_scriptmem`.
+        DatasetFormatError: an empty file, invalid JSON or any error of :func:`parse_scriptmem`; the
+            message names the file.
     """
     conv = Path(path)
     if conv.is_dir():
         conv = conv / CONVERSATIONS_FILE
-    return parse_scriptmem(_read_jsonl(questions_beside(conv)), _read_jsonl(conv),
-                           allow_placeholder=allow_placeholder)
+    questions = questions_beside(conv)
+    return parse_scriptmem(_read_jsonl(questions, "one question object per line"),
+                           _read_jsonl(conv, "one conversation object per line"), allow_placeholder=allow_placeholder,
+                           questions_file=questions, conversations_file=conv)
 
 
 def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch: bool = False) -> Path:
@@ -356,8 +382,9 @@ def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch
     except DatasetHashMismatch:
         if not allow_hash_mismatch:
             raise
-    placeholders = [line.get("conversation_id") for line in _read_jsonl(conv)
-                    if isinstance(line.get("conversation"), dict) and "format_example" in line["conversation"]]
+    placeholders = [line.get("conversation_id") for line in _read_jsonl(conv, "one conversation object per line")
+                    if isinstance(line, dict) and isinstance(line.get("conversation"), dict)
+                    and "format_example" in line["conversation"]]
     if placeholders:
         raise ScriptsNotPublished(
             f"ScriptMem: {conv} is the published placeholder (synthetic format_example for {placeholders}); "
