@@ -326,7 +326,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     try:  # before Ray starts and before any Add: a dead or mis-configured endpoint fails in seconds
         info["preflight"] = preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k).describe()
     except PreflightFailed as exc:
-        failure = {"kind": "Preflight", "step": exc.step, "url": exc.url, "summary": str(exc)}
+        failure = exc.failure()
         info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),
                     wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)

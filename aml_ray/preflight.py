@@ -39,11 +39,24 @@ class PreflightFailed(Exception):
         url: the endpoint that failed.
         cause: one line naming the cause (HTTP status, transport error, or the contract field).
         report: the :class:`PreflightReport` so far (for run.json).
+        field: the contract field a reply broke (a contract error), else None.
+        status: the HTTP status that was not retried (a participant error), else None.
     """
 
-    def __init__(self, step: str, url: str, cause: str, report: PreflightReport):
+    def __init__(self, step: str, url: str, cause: str, report: PreflightReport, *, field: str | None = None,
+                 status: int | None = None):
         self.step, self.url, self.cause, self.report = step, url, cause, report
+        self.field, self.status = field, status
         super().__init__(f"pre-flight {step} failed at {url}: {cause}")
+
+    def failure(self) -> dict[str, Any]:
+        """The structured failure for run.json and the driver: ``kind`` is ``ContractError`` or
+        ``ParticipantError`` when the reply broke the contract or had a status that is not retried (as
+        for a failure during the run), else ``Preflight``; ``stage`` is ``preflight``."""
+        kind = "ContractError" if self.field else "ParticipantError" if self.status else "Preflight"
+        return {"kind": kind, "stage": "preflight", "step": self.step, "url": self.url, "field": self.field,
+                "status": self.status, "request_id": f"{self.report.user_id}:chunk-0" if self.step == "add" else None,
+                "summary": str(self)}
 
 
 @dataclass
@@ -95,9 +108,9 @@ async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> 
     t0 = time.perf_counter()
     client = ParticipantClient(probe_spec(spec))
 
-    def fail(step: str, url: str, cause: str) -> PreflightFailed:
+    def fail(step: str, url: str, cause: str, **kw: Any) -> PreflightFailed:
         report.wall_s = round(time.perf_counter() - t0, 3)
-        return PreflightFailed(step, url, cause, report)
+        return PreflightFailed(step, url, cause, report, **kw)
 
     try:
         if spec.health_url:  # unauthenticated GET, any 2xx (seed: "Authentication and Health")
@@ -107,7 +120,7 @@ async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> 
                 raise fail("health", spec.health_url, step["error"])
         add = AddRequest(request_id=f"{user_id}:chunk-0", user_id=user_id, session_id=f"{user_id}:session-1",
                          messages=[{"role": "user", "timestamp": 1_700_000_000_000,
-                                    "content": f"aml-ray pre-flight probe for run {run_id}: the probe's colour is teal."}])
+                                    "content": "aml-ray pre-flight probe: the probe's colour is teal."}])
         for step_name, url, call in (
                 ("add", spec.add_url, lambda: client.add(add)),
                 ("search", spec.search_url, lambda: client.search(
@@ -117,10 +130,12 @@ async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> 
                 outcome = await call()
             except ContractError as exc:
                 report.steps[step_name] = {"url": url, "ok": False, "error": f"contract: field '{exc.field}': {exc.reason}"}
-                raise fail(step_name, url, f"the reply breaks the AML contract: field '{exc.field}': {exc.reason}") from None
+                raise fail(step_name, url, f"the reply breaks the AML contract: ContractError: field '{exc.field}': "
+                           f"{exc.reason}", field=exc.field) from None
             except ParticipantError as exc:
                 report.steps[step_name] = {"url": url, "ok": False, "http_status": exc.status, "error": str(exc)}
-                raise fail(step_name, url, f"HTTP {exc.status} (not retried){': ' + exc.detail if exc.detail else ''}") from None
+                raise fail(step_name, url, f"HTTP {exc.status} (not retried){': ' + exc.detail if exc.detail else ''}",
+                           status=exc.status) from None
             report.steps[step_name] = _step(outcome, url)
             if outcome["status"] != "ok":
                 hint = "" if outcome.get("http_status") else " (no HTTP reply: is the participant running and reachable there?)"

@@ -187,19 +187,25 @@ def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     assert not (two_sample_run.run_dir.root / "inputs").exists()  # removed once the run completed
 
 
-def _misbehaving_app(kind: str) -> FastAPI:
+def _misbehaving_app(kind: str, *, in_preflight: bool = False) -> FastAPI:
+    """Breaks the contract in the run's traffic; the pre-flight probe (aml_ray.preflight) is answered
+    correctly unless ``in_preflight``, so the violation is met by the pipeline itself."""
     app = FastAPI()
+
+    def breaks(b: dict) -> bool:
+        return in_preflight or not b["user_id"].endswith(":preflight")
 
     @app.post("/add")
     async def add(request: Request):
         b = await request.json()
-        rid = b["request_id"] + ("-x" if kind == "wrong_echo" else "")
+        rid = b["request_id"] + ("-x" if kind == "wrong_echo" and breaks(b) else "")
         return {"success": True, "request_id": rid, "user_id": b["user_id"], "session_id": b["session_id"]}
 
     @app.post("/search")
     async def search(request: Request):
         b = await request.json()
-        return {"data": [{"id": f"m{i}", "content": "x"} for i in range(b["top_k"] + 1)]}
+        n = b["top_k"] + 1 if breaks(b) else 0
+        return {"data": [{"id": f"m{i}", "content": "x"} for i in range(n)]}
 
     return app
 
@@ -219,6 +225,22 @@ def test_contract_violation_stops_the_run_naming_the_field(tmp_path, locomo_file
     assert f"field '{field}'" in info.value.summary
     run = json.loads(RunDir(tmp_path / "run").run_json.read_text())
     assert run["status"] == "failed" and f"field '{field}'" in run["error"]
+    assert run["preflight"]["steps"]["search"]["ok"] is True
+
+
+@pytest.mark.parametrize("kind,field", [("too_many", "data"), ("wrong_echo", "request_id")])
+def test_contract_violation_in_the_preflight_stops_the_run_before_any_add(tmp_path, locomo_file, kind, field):
+    """Issue 24: the pre-flight's round trip meets the violation; no Add of the dataset is sent."""
+    with ThreadServer(_misbehaving_app(kind, in_preflight=True)) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        with pytest.raises(StageFailed) as info:
+            evaluate(config(tmp_path, spec, locomo_file, limit_samples=1))
+    failure = info.value.failure
+    assert (failure["kind"], failure["stage"], failure["field"]) == ("ContractError", "preflight", field)
+    assert f"ContractError: field '{field}'" in info.value.summary
+    run = json.loads(RunDir(tmp_path / "run").run_json.read_text())
+    assert run["status"] == "failed" and run["failure"]["field"] == field
+    assert not (tmp_path / "run" / "evidence" / "adds").exists() or not any((tmp_path / "run" / "evidence" / "adds").iterdir())
 
 
 def test_cli_run_prints_table(tmp_path, locomo_file):

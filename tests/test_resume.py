@@ -38,8 +38,10 @@ class Proxy:
         @self.app.post("/add")
         async def add(request: Request):
             body = await request.json()
-            self.add_ids.append(body["request_id"])
-            if self.fail_chunk is not None and body["request_id"].endswith(f":chunk-{self.fail_chunk}"):
+            probe = body["user_id"].endswith(":preflight")  # the run's pre-flight (aml_ray.preflight): not counted
+            if not probe:
+                self.add_ids.append(body["request_id"])
+            if not probe and self.fail_chunk is not None and body["request_id"].endswith(f":chunk-{self.fail_chunk}"):
                 return JSONResponse({"detail": {"reason": "scripted stop"}}, status_code=400)
             async with httpx.AsyncClient() as c:
                 r = await c.post(f"{upstream}/add", json=body)
@@ -48,7 +50,8 @@ class Proxy:
         @self.app.post("/search")
         async def search(request: Request):
             body = await request.json()
-            self.search_refs[body["query"]] += 1
+            if not body["user_id"].endswith(":preflight"):
+                self.search_refs[body["query"]] += 1
             async with httpx.AsyncClient() as c:
                 r = await c.post(f"{upstream}/search", json=body)
             return JSONResponse(r.json(), status_code=r.status_code)
@@ -94,7 +97,7 @@ def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path
     assert resumed.run_info["run_id"] == json.loads(run_dir.run_json.read_text())["run_id"]
     assert resumed.run_info["resumed_at"] and resumed.run_info["status"] == "completed"
     assert not run_dir.add_journal("conv-26").exists() and read_adds(run_dir).height == 28
-    assert stored_a == stored_b and len(stored_a) == 419
+    assert stored_a == stored_b and len(stored_a) == 419 + 1  # conv-26's messages and the pre-flight probe
     assert resumed.table.drop("dataset").equals(clean.table.drop("dataset"))
     cols = ["question_id", "answer", "verdict", "f1", "status"]
     assert resumed.questions.select(cols).sort("question_id").equals(clean.questions.select(cols).sort("question_id"))
