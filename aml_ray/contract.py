@@ -44,20 +44,28 @@ class ContractError(Exception):
     Args:
         field: dotted path of the offending field, e.g. ``"request_id"`` or ``"data[3].content"``.
         reason: what is wrong and how to fix it, in one sentence.
-        request_id: the platform request the response belongs to (no secrets), when known.
+        request_id: the platform request the response belongs to (no secrets), when known: an Add's
+            request_id, or a Search's question ref.
+        outcome: the request's outcome for its evidence row, set by
+            :class:`~aml_ray.actors.participant.ParticipantClient` (``request_id``, ``request_sha256``,
+            ``status="contract_error"``, ``http_status``, ``attempts``, ``retried_statuses``, ``latency_ms``,
+            ``elapsed_ms``, ``contract`` = ``"<field>: <reason>"``, ``error``; the secret redacted); None
+            when the error was raised outside the client.
 
     Contract errors are never retried (seed: "Contract errors stop immediately").
     """
 
-    def __init__(self, field: str, reason: str, request_id: str | None = None):
+    def __init__(self, field: str, reason: str, request_id: str | None = None,
+                 outcome: dict[str, Any] | None = None):
         self.field = field
         self.reason = reason
         self.request_id = request_id
+        self.outcome = outcome
         where = f" (request {request_id})" if request_id else ""
         super().__init__(f"contract violation in field '{field}'{where}: {reason}")
 
-    def __reduce__(self):  # keeps field/reason when the error crosses a Ray process boundary
-        return (ContractError, (self.field, self.reason, self.request_id))
+    def __reduce__(self):  # keeps field/reason/outcome when the error crosses a Ray process boundary
+        return (ContractError, (self.field, self.reason, self.request_id, self.outcome))
 
 
 #: A content value: a non-empty string, or (Multimodal only) an ordered array of parts.
@@ -236,7 +244,8 @@ def validate_search_response(
         The items, in the participant's order, with only the declared fields.
 
     Raises:
-        ContractError: ``data`` missing or not an array, more than ``top_k`` items (never truncated),
+        ContractError: ``data`` missing or not an array, more than ``top_k`` items (never truncated; the
+            message names the question, its user_id and both counts),
             an item that is not an object, or an item whose ``id``/``content`` is not a non-empty
             string, a non-numeric ``score``, a non-string ``created_at``.
     """
@@ -249,8 +258,10 @@ def validate_search_response(
     if not isinstance(data, list):
         _fail("data", f"must be an array (no 'items' wrapper), got {type(data).__name__}", request_id)
     if len(data) > request.top_k:
-        _fail("data", f"returned {len(data)} items for top_k={request.top_k}; excess items are a "
-              "contract error and are not truncated", request_id)
+        n, k = len(data), request.top_k
+        question = f"question {request_id}" if request_id else "a question"
+        _fail("data", f"{question} of user_id {request.user_id!r} returned {n} items for top_k={k} ({n} > {k}); "
+              "excess items are a contract error and are not truncated", request_id)
     items: list[MemoryItem] = []
     image_total = 0
     for i, raw in enumerate(data):

@@ -7,6 +7,9 @@ Layout of a run directory::
     <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk (written once the run's traffic is over)
     <run_dir>/evidence/adds/<sample_id>.jsonl    the sample's Add journal while the run is under way
     <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
+    <run_dir>/evidence/stopped/adds.jsonl        the Add that stopped a run (contract error or a status that
+    <run_dir>/evidence/stopped/searches.jsonl    is not retried), one ADD_SCHEMA row; the Search's, one
+                                                 QUESTION_SCHEMA row (:class:`StopLog`)
     <run_dir>/media/<sha256>.<ext>               Multimodal: each image once, by content hash
     <run_dir>/inputs/                            the pipeline's inputs while the run is under way
                                                  (:mod:`aml_ray.inputs`; rebuilt on resume, removed when
@@ -16,6 +19,17 @@ Every Parquet and JSON file is written atomically (temporary file + ``os.replace
 never leaves a half-written one. The Add journal is appended one line per finished Add and flushed;
 only its last line can be torn by a kill, and a torn last line is read as "not recorded" (that Add is
 sent again, with the same request_id and body, which an idempotent participant acknowledges). No secret is ever part of a row: rows carry ids, hashes, statuses and content only.
+
+A request that stops the run (seed, "Error handling": a contract error or a 400/401/403/404/422, Search
+409, stops at once) never reaches the Add journal or the question part files: the journal holds finished
+Adds only (a resumed run sends the stopped one again) and a stopped sample's questions are never emitted.
+Its row goes to ``evidence/stopped/`` instead (:class:`StopLog`, written by the Ingest stage before it
+raises; read with :func:`read_stopped_adds` / :func:`read_stopped_searches`): the Add's row as in the
+journal, or the question's input and Search columns, with ``status`` / ``search_status``
+``contract_error`` (ContractError) or ``error`` (ParticipantError), the HTTP status, attempts, latency and
+request hash, ``contract`` = ``"<field>: <reason>"`` and the message in ``error`` / ``search_error``. These
+files are never rewritten or removed: a resumed run appends, so each run directory keeps every request
+that stopped it. The run's ``run.json`` ``failure.evidence`` names the file.
 """
 
 from __future__ import annotations
@@ -228,6 +242,7 @@ class RunDir:
         self.results_parquet = self.root / "results.parquet"
         self.media = self.root / "media"
         self.inputs = self.root / "inputs"
+        self.stopped = self.root / "evidence" / "stopped"
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"
@@ -471,3 +486,98 @@ def read_questions(run_dir: RunDir, columns: Sequence[str] | None = None) -> pl.
         EvidenceError: a damaged evidence file.
     """
     return _read_dir(run_dir.questions, QUESTION_SCHEMA, columns)
+
+
+class StopLog:
+    """The participant requests that stopped a run, one JSON line each (module docstring).
+
+    Files: ``evidence/stopped/adds.jsonl`` (rows of :data:`ADD_SCHEMA`) and ``evidence/stopped/searches.jsonl``
+    (rows of :data:`QUESTION_SCHEMA`: the question's input and Search columns, the rest null). Appended with
+    one flushed line per row, as the Add journal is; a torn last line is read as not recorded, and the next
+    append (a resumed run that stops again) cuts it off first.
+
+    Args:
+        run_dir: the run directory.
+    """
+
+    #: stage -> (file name, row schema)
+    FILES = {"add": ("adds.jsonl", ADD_SCHEMA), "search": ("searches.jsonl", QUESTION_SCHEMA)}
+
+    def __init__(self, run_dir: RunDir):
+        self.folder = run_dir.stopped
+
+    def path(self, stage: str) -> Path:
+        """The file of ``stage`` (``"add"`` or ``"search"``)."""
+        return self.folder / self.FILES[stage][0]
+
+    def append(self, stage: str, row: dict[str, Any]) -> str:
+        """Record the row of the request that stopped the run.
+
+        Args:
+            stage: ``"add"`` or ``"search"``.
+            row: the evidence row (keys of the stage's schema only).
+
+        Returns:
+            The file written, relative to the run directory (for run.json's ``failure.evidence``).
+
+        Raises:
+            ValueError: a key the stage's schema does not declare (nothing is written).
+        """
+        extra = set(row) - set(self.FILES[stage][1].names)
+        if extra:
+            raise ValueError(f"evidence row has undeclared columns {sorted(extra)}")
+        path = self.path(stage)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(row, ensure_ascii=False, default=str) + "\n").encode()
+        with open(path, "ab") as fh:
+            if fh.tell():
+                _drop_torn_line(path)  # a resumed run after a kill mid-write: that line was never recorded
+            fh.write(line)
+            fh.flush()
+        return path.relative_to(self.folder.parent.parent).as_posix()
+
+    def rows(self, stage: str) -> pa.Table:
+        """The recorded rows of ``stage`` as a table of its schema (empty when none).
+
+        Raises:
+            EvidenceError: a damaged line that is not the last one.
+        """
+        path = self.path(stage)
+        schema = self.FILES[stage][1]
+        if not path.exists():
+            return schema.empty_table()
+        lines = path.read_text(encoding="utf-8").split("\n")
+        rows = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i == len(lines) - 1:  # torn by a kill mid-write: not recorded
+                    break
+                raise EvidenceError(f"{path} is damaged at line {i + 1}; restore it or start a new run "
+                                    "directory, nothing was changed") from None
+        return to_table(rows, schema)
+
+
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line without its newline (torn by a kill: read as not recorded) off ``path``."""
+    with open(path, "r+b") as fh:
+        data = fh.read()
+        if data and not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
+def read_stopped_adds(run_dir: RunDir) -> pl.DataFrame:
+    """The Adds that stopped the run (schema :data:`ADD_SCHEMA`; :class:`StopLog`)."""
+    import polars as pl
+
+    return pl.from_arrow(StopLog(run_dir).rows("add"))  # type: ignore[return-value]
+
+
+def read_stopped_searches(run_dir: RunDir) -> pl.DataFrame:
+    """The Searches that stopped the run, as their questions' rows (:data:`QUESTION_SCHEMA`; :class:`StopLog`)."""
+    import polars as pl
+
+    return pl.from_arrow(StopLog(run_dir).rows("search"))  # type: ignore[return-value]

@@ -10,7 +10,12 @@ users / case-insensitive / prefix-suffix), writes visible 1 s after the Add's 20
 repeated request_id, unstable ids, non-numeric or increasing score, unparsable created_at, refused
 timestamps, 5xx or 429 (with or without Retry-After) above capacity, errors for an unknown user, Health
 down, a key that is never compared, and two transient modes that are otherwise correct: every third
-Add/Search refused with 429 (``Retry-After: 0``) or 503.
+Add/Search refused with 429 (``Retry-After: 0``) or 503. Four modes break one request only (the run's
+evidence tests): the second Add of each user_id with a wrong echo, ``success: false`` or a 403, and one
+Search with top_k + 1 items. The pre-flight probe's user_id sends one Add, so it never meets them.
+
+The app records what the tests compare evidence with: ``app.state.add_bodies`` (request_id -> the raw
+body of its last Add) and ``app.state.overflowed`` (the raw body of the Search answered with too many items).
 """
 
 from __future__ import annotations
@@ -56,6 +61,12 @@ MODES: dict[str, str] = {
     "accept_any_secret": "any key is accepted as long as the scheme is right",
     "flaky_429": "every third Add/Search gets 429 with Retry-After: 0 (before auth; a body only once)",
     "flaky_503": "every third Add/Search gets 503 (before auth; a body only once)",
+    "wrong_echo_second_add": "the second Add of each user_id echoes its request_id with the caller's key "
+                             "appended ('-x' without one): a careless echo the evidence must redact",
+    "success_false_second_add": 'the second Add of each user_id answers "success": false',
+    "forbid_second_add": "the second Add of each user_id answers 403, quoting the caller's key",
+    "overflow_one_search": "the first Search for a user_id with two or more Adds answers top_k + 1 items "
+                           "(padded with made-up memories); every other Search follows the contract",
 }
 _STOP = frozenset("a an and at did i is my of on the this to what when where which according".split())
 _WORD = re.compile(r"\w+")
@@ -79,7 +90,10 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
     flaky = modes & {"flaky_429", "flaky_503"}
     refused_bodies: set[bytes] = set()  # flaky modes: bodies refused once, never refused again
     requests_seen = itertools.count(1)
+    user_adds: dict[str, list[str]] = collections.defaultdict(list)  # user_id -> its distinct request_ids, in order
     app = FastAPI()
+    app.state.add_bodies = {}  # request_id -> raw body of its last Add
+    app.state.overflowed = None  # raw body of the Search answered with top_k + 1 items
     #: flaky modes: refusals sent, by status (what the tests compare the report's retry count with)
     app.state.refused = collections.Counter()
 
@@ -130,14 +144,25 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
             denied = auth_error(request)
             if denied is not None:
                 return denied
+            request.state.raw = await request.body()  # the bytes the evidence's request_sha256 is of
             return handler(await request.json(), request)
         finally:
             inflight -= 1
 
-    def do_add(body: dict[str, Any], _request: Request) -> JSONResponse:
+    def caller_key(request: Request) -> str | None:
+        given = request.headers.get("x-api-key") or (request.headers.get("authorization") or " ").partition(" ")[2]
+        return given or None
+
+    def do_add(body: dict[str, Any], request: Request) -> JSONResponse:
         rid, uid, sid = body["request_id"], body["user_id"], body["session_id"]
         if "reject_timestamp" in modes and any("timestamp" in m for m in body["messages"]):
             return JSONResponse({"detail": "timestamp not supported"}, status_code=422)
+        app.state.add_bodies[rid] = request.state.raw
+        if rid not in user_adds[uid]:
+            user_adds[uid].append(rid)
+        second = user_adds[uid].index(rid) == 1
+        if second and "forbid_second_add" in modes:
+            return JSONResponse({"detail": f"forbidden for key {caller_key(request)}"}, status_code=403)
         if rid not in applied or "duplicate_request" in modes:
             applied.add(rid)
             visible_at = time.monotonic() + (1.0 if "no_ryw" in modes else 0.0)
@@ -146,8 +171,14 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
                 memories.append({"id": f"mem_{next(counter)}", "user_id": uid, "content": m["content"],
                                  "created_at": _iso(ms), "visible_at": visible_at})
         echo = (lambda s: s.strip()) if "wrong_echo" in modes else (lambda s: s)
-        return JSONResponse({"success": "true" if "success_string" in modes else True,
-                             "request_id": echo(rid), "user_id": echo(uid), "session_id": echo(sid)})
+        echoed_rid = echo(rid)
+        if second and "wrong_echo_second_add" in modes:
+            echoed_rid = f"{rid}-{caller_key(request) or 'x'}"
+        success: Any = "true" if "success_string" in modes else True
+        if second and "success_false_second_add" in modes:
+            success = False
+        return JSONResponse({"success": success, "request_id": echoed_rid, "user_id": echo(uid),
+                             "session_id": echo(sid)})
 
     def same_user(stored: str, asked: str) -> bool:
         if "leak_all" in modes:
@@ -169,8 +200,13 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
         now = time.monotonic()
         scored = [(len(query & _words(m["content"])), i, m) for i, m in enumerate(memories)
                   if same_user(m["user_id"], uid) and m["visible_at"] <= now]
-        ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
-        ranked = ranked[:top_k + 1 if "top_k_plus_one" in modes else top_k]
+        relevant = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1]))
+        ranked = relevant[:top_k + 1 if "top_k_plus_one" in modes else top_k]
+        if "overflow_one_search" in modes and app.state.overflowed is None and len(user_adds[uid]) >= 2:
+            app.state.overflowed = request.state.raw
+            ranked = relevant[:top_k + 1]
+            ranked += [(0, -1, {"id": f"made_up_{i}", "content": "made up", "created_at": None})
+                       for i in range(top_k + 1 - len(ranked))]
         data = []
         for pos, (score, _, m) in enumerate(ranked):
             value: Any = float(score)

@@ -119,6 +119,16 @@ def test_more_than_top_k_is_contract_error_not_truncated():
     assert "4 items for top_k=3" in info.value.reason
 
 
+def test_more_than_top_k_names_the_question_its_user_id_and_the_counts():
+    """Issue 24, item 9: the overflow error says which question, whose memory and how many items."""
+    ref = "eval:run_1:locomo:conv-26:q-conv-26_q12"
+    with pytest.raises(ContractError) as info:
+        validate_search_response(SEARCH, 200, {"data": [item(i) for i in range(5)]}, request_id=ref)
+    assert info.value.reason == (f"question {ref} of user_id {UID!r} returned 5 items for top_k=3 (5 > 3); "
+                                 "excess items are a contract error and are not truncated")
+    assert str(info.value).startswith(f"contract violation in field 'data' (request {ref}): question {ref}")
+
+
 @pytest.mark.parametrize("body", [{"items": []}, [], {"data": {"0": item(0)}}, {"data": None}])
 def test_data_must_be_an_array(body):
     with pytest.raises(ContractError) as info:
@@ -154,3 +164,13 @@ def test_contract_error_survives_pickling():
     back = pickle.loads(pickle.dumps(err))
     assert (back.field, back.reason, back.request_id) == ("data[3].content", "must be a non-empty string", RID)
     assert "data[3].content" in str(back)
+
+
+def test_contract_error_keeps_its_outcome_through_pickling():
+    """The outcome (for the evidence row of the request that stopped the run) crosses Ray's actor boundary."""
+    outcome = {"request_id": RID, "status": "contract_error", "http_status": 200, "attempts": 1,
+               "contract": "success: must be the boolean true, got False"}
+    err = ContractError("success", "must be the boolean true, got False", RID, outcome=outcome)
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.field, back.request_id, back.outcome) == ("success", RID, outcome)
+    assert ContractError("data", "x").outcome is None

@@ -348,3 +348,115 @@ def test_undo_worker_niceness_sets_every_thread_to_nice_0():
         stop.set()
         worker.join()
         os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
+# Issue 24, item 9: the request that stops a run carries its outcome, so the stage can write its evidence row.
+KEY = "sk-memory-key-0123456789abcdef"
+
+
+async def _two_adds(client: ParticipantClient) -> None:
+    """Send the first two Adds of user conv-1: the first is answered correctly, the second raises."""
+    first = await client.add(add_req(0))
+    assert first["status"] == "ok"
+    await client.add(add_req(1))
+
+
+@pytest.mark.parametrize("mode,field", [("wrong_echo_second_add", "request_id"),
+                                        ("success_false_second_add", "success")])
+async def test_an_add_contract_error_carries_its_outcome_without_the_key(mode, field):
+    import pickle
+
+    from tests.bad_participants import BadParticipant
+
+    with BadParticipant(mode, auth="Bearer", secret=KEY) as bad:
+        client = ParticipantClient(bad.spec(retry=FAST_RETRY))
+        with pytest.raises(ContractError) as info:
+            await _two_adds(client)
+        await client.aclose()
+        sent = bad._server.app.state.add_bodies[add_req(1).request_id]
+    err = info.value
+    rid = add_req(1).request_id
+    assert (err.field, err.request_id) == (field, rid)
+    outcome = err.outcome
+    assert {k: outcome[k] for k in ("request_id", "status", "http_status", "attempts", "retried_statuses")} == {
+        "request_id": rid, "status": "contract_error", "http_status": 200, "attempts": 1, "retried_statuses": []}
+    assert outcome["request_sha256"] == request_hash(sent)
+    assert outcome["elapsed_ms"] >= outcome["latency_ms"] > 0
+    assert outcome["contract"] == f"{field}: {err.reason}" and outcome["error"] == str(err)
+    assert KEY not in str(err) and KEY not in json.dumps(outcome)
+    if field == "request_id":  # the participant echoed the key: redacted before it left the client
+        assert f"got '{rid}-***'" in err.reason
+    back = pickle.loads(pickle.dumps(err))  # crosses Ray's actor boundary as a pickle
+    assert (back.field, back.request_id, back.outcome) == (field, rid, outcome)
+
+
+async def test_a_status_that_is_not_retried_carries_its_outcome_without_the_key():
+    import pickle
+
+    from tests.bad_participants import BadParticipant
+
+    with BadParticipant("forbid_second_add", auth="Bearer", secret=KEY) as bad:
+        client = ParticipantClient(bad.spec(retry=FAST_RETRY))
+        with pytest.raises(ParticipantError) as info:
+            await _two_adds(client)
+        await client.aclose()
+        sent = bad._server.app.state.add_bodies[add_req(1).request_id]
+    err, rid = info.value, add_req(1).request_id
+    outcome = err.outcome
+    assert (err.status, err.request_id) == (403, rid)
+    assert {k: outcome[k] for k in ("request_id", "status", "http_status", "attempts", "contract")} == {
+        "request_id": rid, "status": "error", "http_status": 403, "attempts": 1, "contract": None}
+    assert outcome["request_sha256"] == request_hash(sent) and outcome["latency_ms"] > 0
+    assert "HTTP 403 is not retried" in outcome["error"] and "forbidden for key ***" in outcome["error"]
+    assert KEY not in json.dumps(outcome)
+    assert pickle.loads(pickle.dumps(err)).outcome == outcome
+
+
+async def test_a_status_that_is_not_retried_after_a_retry_counts_both_attempts(scripted):
+    script, server = scripted
+    script.replies.extend([(503, {"Retry-After": "0"}), (404, {})])
+    client = ParticipantClient(spec_for(server))
+    with pytest.raises(ParticipantError) as info:
+        await client.add(add_req())
+    await client.aclose()
+    outcome = info.value.outcome
+    assert (outcome["attempts"], outcome["retried_statuses"], outcome["http_status"], outcome["status"]) == (
+        2, [503], 404, "error")
+    assert outcome["request_sha256"] == request_hash(script.bodies[1])
+
+
+async def test_a_search_over_top_k_names_its_question_and_carries_its_outcome():
+    from tests.bad_participants import BadParticipant
+
+    with BadParticipant("overflow_one_search", auth="Bearer", secret=KEY) as bad:
+        client = ParticipantClient(bad.spec(retry=FAST_RETRY))
+        await client.add(add_req(0))
+        await client.add(add_req(1))
+        ref = "eval:r:locomo:conv-1:q-7"
+        with pytest.raises(ContractError) as info:
+            await client.search(SearchRequest(query="Caroline fact", user_id="eval:r:locomo:conv-1", top_k=1), ref)
+        await client.aclose()
+        sent = bad._server.app.state.overflowed
+    err = info.value
+    assert (err.field, err.request_id) == ("data", ref)
+    assert f"question {ref}" in str(err) and "user_id 'eval:r:locomo:conv-1'" in str(err)
+    assert "returned 2 items for top_k=1" in str(err)
+    outcome = err.outcome
+    assert (outcome["request_id"], outcome["status"], outcome["http_status"], outcome["attempts"]) == (
+        ref, "contract_error", 200, 1)
+    assert outcome["request_sha256"] == request_hash(sent) and outcome["latency_ms"] > 0
+    assert outcome["contract"] == f"data: {err.reason}"
+
+
+async def test_a_search_contract_error_after_a_retry_carries_both_attempts(scripted):
+    script, server = scripted
+    script.replies.extend([(503, {"Retry-After": "0"})])
+    script.broken_queries.add("bad")
+    client = ParticipantClient(spec_for(server))
+    with pytest.raises(ContractError) as info:
+        await client.search_many([(SearchRequest(query="bad", user_id="u", top_k=5), "ref-bad")])
+    await client.aclose()
+    outcome = info.value.outcome
+    assert (outcome["request_id"], outcome["attempts"], outcome["retried_statuses"], outcome["http_status"]) == (
+        "ref-bad", 2, [503], 200)
+    assert outcome["status"] == "contract_error" and outcome["contract"].startswith("data: must be an array")

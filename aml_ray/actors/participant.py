@@ -121,17 +121,21 @@ class ParticipantError(Exception):
     Args:
         stage: ``"add"`` or ``"search"``.
         status: the HTTP status.
-        request_id: the platform request id.
+        request_id: the platform request id (a Search's: its question ref).
         detail: the start of the participant's reply, with the secret redacted.
+        outcome: the request's outcome for its evidence row, as :class:`aml_ray.contract.ContractError`'s
+            (``status="error"``, ``contract`` None), set by :class:`ParticipantClient`; None otherwise.
     """
 
-    def __init__(self, stage: str, status: int, request_id: str, detail: str = ""):
+    def __init__(self, stage: str, status: int, request_id: str, detail: str = "",
+                 outcome: dict[str, Any] | None = None):
         self.stage, self.status, self.request_id, self.detail = stage, status, request_id, detail
+        self.outcome = outcome
         super().__init__(f"{stage} {request_id}: HTTP {status} is not retried (see the AML error table): "
                          f"{detail}")
 
-    def __reduce__(self):
-        return (ParticipantError, (self.stage, self.status, self.request_id, self.detail))
+    def __reduce__(self):  # keeps every field (outcome included) across a Ray process boundary
+        return (ParticipantError, (self.stage, self.status, self.request_id, self.detail, self.outcome))
 
 
 def body_bytes(payload: dict[str, Any]) -> bytes:
@@ -160,8 +164,9 @@ class ParticipantClient:
             set by :func:`spawn_participant_client` for the Ray actor, never for a local client.
 
     Each method returns an outcome dict for evidence; a :class:`ContractError` or
-    :class:`ParticipantError` is raised (and stops the stage). A transient failure that exhausts its
-    retries gives an outcome with ``status="error"``.
+    :class:`ParticipantError` is raised (and stops the stage), carrying the outcome of the request it
+    stopped as its ``outcome`` (:meth:`_stopped`), so the stage can write that request's evidence row. A
+    transient failure that exhausts its retries gives an outcome with ``status="error"``.
     """
 
     def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False):
@@ -284,8 +289,44 @@ class ParticipantClient:
             if error is exc:
                 raise
             raise error from None
-        self._check_reply(status, raw, retry_after, retry_statuses, stage, rid)
+        try:
+            self._check_reply(status, raw, retry_after, retry_statuses, stage, rid)
+        except ParticipantError as exc:  # completed into the request's outcome by _stopped
+            exc.outcome = {"http_status": status, "latency_ms": latency_ms}
+            raise
         return status, raw, latency_ms
+
+    def _stopped(self, exc: ContractError | ParticipantError, outcome: dict[str, Any],
+                 t0: float | None = None) -> ContractError | ParticipantError:
+        """The error that stops the run, with the outcome of the request it stopped attached (``.outcome``).
+
+        Args:
+            exc: the error; its own ``outcome`` (the failing attempt's ``http_status`` and ``latency_ms``,
+                when :meth:`_attempt` raised it) overrides ``outcome``'s.
+            outcome: the request's outcome so far (:meth:`_outcome`, updated by the attempts).
+            t0: ``time.perf_counter()`` when the request was first queued, to set ``elapsed_ms``; None
+                keeps the outcome's.
+
+        Returns:
+            A copy of ``exc`` whose reason or detail has the secret redacted, its ``outcome`` the evidence
+            row's fields: ``status`` ``contract_error`` (ContractError) or ``error`` (ParticipantError),
+            ``contract`` ``"<field>: <reason>"`` or None, ``error`` the message; no reply body, no memories.
+        """
+        full = {**outcome, **(exc.outcome or {})}
+        full.pop("raw", None)
+        full.pop("memories", None)
+        if t0 is not None:
+            full["elapsed_ms"] = (time.perf_counter() - t0) * 1000
+        stopped: ContractError | ParticipantError
+        if isinstance(exc, ContractError):
+            stopped = ContractError(exc.field, self._redact(exc.reason), exc.request_id)
+            full.update(status="contract_error", contract=f"{stopped.field}: {stopped.reason}")
+        else:
+            stopped = ParticipantError(exc.stage, exc.status, exc.request_id, self._redact(exc.detail))
+            full.update(status="error", contract=None)
+        full["error"] = str(stopped)
+        stopped.outcome = full
+        return stopped
 
     @staticmethod
     def _outcome(rid: str, data: bytes) -> dict[str, Any]:
@@ -302,6 +343,8 @@ class ParticipantClient:
             status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
         except TransientError as exc:
             return await self._retry(url, data, retry_statuses, stage, outcome, exc, t0)
+        except ParticipantError as exc:
+            raise self._stopped(exc, outcome, t0) from None
         outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
@@ -321,7 +364,7 @@ class ParticipantClient:
             once the policy gave up.
 
         Raises:
-            ParticipantError: a retry got a status that is not retried.
+            ParticipantError: a retry got a status that is not retried (with ``outcome``: :meth:`_stopped`).
         """
         rid = outcome["request_id"]
         outcome["retried_statuses"].append(first.status or 0)
@@ -340,6 +383,8 @@ class ParticipantClient:
                         outcome["retried_statuses"].append(again.status or 0)
                         outcome["http_status"] = again.status
                         raise
+        except ParticipantError as exc:
+            raise self._stopped(exc, outcome, t0) from None
         except TransientError as last:
             outcome["error"] = f"gave up after {outcome['attempts']} attempts: {last.reason}"
             outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
@@ -361,7 +406,9 @@ class ParticipantClient:
 
         Raises:
             ContractError: the 200/202 reply breaks the contract.
-            ParticipantError: a non-retryable status.
+            ParticipantError: a non-retryable status, or a 202 whose task failed or never completed.
+            Either carries the Add's outcome as ``outcome`` (``status`` ``contract_error`` or ``error``,
+            ``contract``; :meth:`_stopped`), the secret redacted.
         """
         rid = request.request_id
         payload = request.model_dump(exclude_none=True)
@@ -374,14 +421,17 @@ class ParticipantClient:
         raw = out.pop("raw", None)
         if out["status"] == "ok":
             try:
-                body = json.loads(raw)
-            except ValueError:
-                raise ContractError("body", f"HTTP {out['http_status']} body is not valid JSON: "
-                                    f"{self._redact(_text(raw)[:120])!r}", rid) from None
-            task_id = validate_add_response(request, out["http_status"], body,
-                                            add_status_url=self.spec.add_status_url)
-            if task_id is not None:
-                await self._poll_add_status(rid, task_id)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    raise ContractError("body", f"HTTP {out['http_status']} body is not valid JSON: "
+                                        f"{self._redact(_text(raw)[:120])!r}", rid) from None
+                task_id = validate_add_response(request, out["http_status"], body,
+                                                add_status_url=self.spec.add_status_url)
+                if task_id is not None:
+                    await self._poll_add_status(rid, task_id)
+            except (ContractError, ParticipantError) as exc:
+                raise self._stopped(exc, out) from None
             self._acknowledged[rid] = dict(out)
         return out
 
@@ -421,7 +471,7 @@ class ParticipantClient:
             in participant order (empty on error).
 
         Raises:
-            ContractError, ParticipantError: as :meth:`add`.
+            ContractError, ParticipantError: as :meth:`add` (``outcome.request_id`` is ``ref``).
         """
         return (await self.search_many([(request, ref)]))[0]
 
@@ -548,8 +598,9 @@ class _SearchBatch:
     attempt starts a task, which runs :meth:`ParticipantClient._retry` (the same retry policy,
     Retry-After and evidence as a single request).
 
-    The first error that stops the stage (ContractError, ParticipantError) fails :meth:`run`; a
-    cancelled caller or a closed client cancels it. Either way the batch's attempts still queued are
+    The first error that stops the stage (ContractError, ParticipantError) fails :meth:`run`, carrying
+    its Search's outcome (:meth:`ParticipantClient._stopped`); a cancelled caller or a closed client
+    cancels it. Either way the batch's attempts still queued are
     skipped by the senders (their ``done()`` is true) and its retry tasks are cancelled; a sender that
     took its next attempt before the failing reply was checked has sent that one.
     """
@@ -588,6 +639,10 @@ class _SearchBatch:
                            memories=self.client._memories(raw, status, request, ref))
         except TransientError as exc:
             self._retry(i, exc)
+        except (ContractError, ParticipantError) as exc:  # stops the run: with the Search's outcome (evidence)
+            stopped = self.client._outcome(ref, self.data[i])
+            stopped.update(http_status=status, latency_ms=latency_ms, elapsed_ms=(time.perf_counter() - self.t0) * 1000)
+            self.fail(self.client._stopped(exc, stopped))
         except Exception as exc:  # noqa: BLE001 - never into the sender: it fails this batch's caller
             self.fail(exc)
         else:
@@ -626,8 +681,11 @@ class _SearchBatch:
         outcome = await client._retry(client.spec.search_url, self.data[i], SEARCH_RETRY_STATUSES, "search",
                                       client._outcome(ref, self.data[i]), first, self.t0)
         raw = outcome.pop("raw", None)
-        outcome["memories"] = [] if outcome["status"] != "ok" else client._memories(raw, outcome["http_status"],
-                                                                                  request, ref)
+        try:
+            outcome["memories"] = [] if outcome["status"] != "ok" else client._memories(raw, outcome["http_status"],
+                                                                                      request, ref)
+        except ContractError as exc:
+            raise client._stopped(exc, outcome) from None
         self._settle(i, outcome)
 
 

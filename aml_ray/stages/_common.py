@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -22,11 +23,17 @@ class StageStopped(RuntimeError):
     """Raised inside a stage after a contract error or non-retryable status was recorded on the tracker."""
 
 
-async def participant_failure(exc: BaseException, tracker) -> None:
+async def participant_failure(exc: BaseException, tracker, evidence: str | None = None) -> None:
     """If ``exc`` is a ContractError/ParticipantError, record it on the tracker and raise StageStopped.
 
     Ray Data re-wraps UDF exceptions as text; the tracker keeps the structured cause (the field) for the
     driver. Any other exception is left to the caller to re-raise.
+
+    Args:
+        exc: the exception the stage met.
+        tracker: the ``ProgressTracker`` actor handle, or None.
+        evidence: the file holding the stopped request's evidence row, relative to the run directory
+            (:class:`aml_ray.evidence.StopLog`); goes to the failure as ``evidence`` (run.json).
     """
     if isinstance(exc, ContractError):
         failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
@@ -36,17 +43,44 @@ async def participant_failure(exc: BaseException, tracker) -> None:
                    "summary": f"ParticipantError: {exc}"}
     else:
         return
+    if evidence is not None:
+        failure["evidence"] = evidence
     if tracker is not None:
         await tracker.record_failure.remote(failure)
     raise StageStopped(failure["summary"]) from None
 
 
-async def call_participant(ref, tracker):
-    """Await a ParticipantClient call; a stage-stopping error is recorded on the tracker, then re-raised."""
+async def stop_on(exc: BaseException, tracker, record: Callable[[dict[str, Any]], str | None] | None = None) -> None:
+    """Stop the stage on a ContractError/ParticipantError, after writing the stopped request's evidence row.
+
+    Args:
+        exc: the exception the stage met (any other kind returns, for the caller to re-raise).
+        tracker: as :func:`participant_failure`.
+        record: writes the row from the outcome the error carries (``exc.outcome``, set by
+            :class:`~aml_ray.actors.participant.ParticipantClient`) and returns its file
+            (:meth:`aml_ray.evidence.StopLog.append`); not called when the error carries none. A row that
+            cannot be written never hides the error: the failure's ``evidence`` then says
+            ``"not written: <why>"``.
+
+    Raises:
+        StageStopped: ``exc`` stops the stage (recorded on the tracker first).
+    """
+    outcome = exc.outcome if isinstance(exc, (ContractError, ParticipantError)) else None
+    evidence = None
+    if outcome is not None and record is not None:
+        try:
+            evidence = record(outcome)
+        except (OSError, ValueError) as write_error:  # the participant's error stays the run's cause
+            evidence = f"not written: {type(write_error).__name__}: {write_error}"
+    await participant_failure(exc, tracker, evidence)
+
+
+async def call_participant(ref, tracker, record: Callable[[dict[str, Any]], str | None] | None = None):
+    """Await a ParticipantClient call; a stage-stopping error is recorded (:func:`stop_on`), then re-raised."""
     try:
         return await ref
     except Exception as exc:
-        await participant_failure(exc, tracker)
+        await stop_on(exc, tracker, record)
         raise
 
 

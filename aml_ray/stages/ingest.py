@@ -28,12 +28,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import AddJournal, RunDir
+from aml_ray.evidence import AddJournal, RunDir, StopLog
 from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
 from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.progress import ProgressBuffer
 from aml_ray.outcome import FailureBudget
-from aml_ray.stages._common import StageStopped, participant_failure, searched_questions
+from aml_ray.stages._common import StageStopped, searched_questions, stop_on
 from aml_ray.stages.search import search_rows
 
 
@@ -142,7 +142,16 @@ class IngestStage:
                 await self._journal(journal, _evidence_row(sample_id, adds[i], meta[i], outcome))
                 i += 1
         except Exception as exc:
-            await participant_failure(exc, self.tracker)
+            def record(outcome: dict[str, Any]) -> str | None:
+                """The Add that stopped the run: its row, with the violation, in evidence/stopped/ (not the
+                journal, which holds finished Adds: a resumed run sends this one again)."""
+                j = next((k for k, a in enumerate(adds) if a["request_id"] == outcome["request_id"]), None)
+                if j is None:
+                    return None
+                row = {**_evidence_row(sample_id, adds[j], meta[j], outcome), "contract": outcome["contract"]}
+                return StopLog(self.run_dir).append("add", row)
+
+            await stop_on(exc, self.tracker, record)
             raise
 
     async def _journal(self, journal: AddJournal, row: dict[str, Any]) -> None:
@@ -203,7 +212,8 @@ class IngestStage:
 
     async def _search(self, questions: pa.Table, media_root: str) -> pa.Table:
         """Search ``questions`` (:func:`~aml_ray.stages.search.search_rows`) and count them against the budget."""
-        search = await search_rows(self.participant, questions, self.top_k, self.tracker, media_root=media_root)
+        search = await search_rows(self.participant, questions, self.top_k, self.tracker, media_root=media_root,
+                                   run_dir=self.run_dir)
         await self._count_searches(search, questions)
         return search
 
