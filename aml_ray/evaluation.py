@@ -625,6 +625,8 @@ def evaluate_suite(cfg: SuiteConfig, *,
                         values = [accuracy[c] for c in avg.categories if accuracy.get(c) is not None]
                         outcome.task_averages[avg.name] = sum(values) / len(values) if values else None
                     outcome.deviations = baseline_deviations(suite, bundle, result.run_info)
+                    if result.run_info["status"] != "completed":  # partial: fewer Adds or questions than the bundle
+                        outcome.deviations.append(f"run {result.run_info['status']}: {result.run_info.get('error')}")
                     if bundle.substitute_for:
                         outcome.deviations.append(f"stands in for {bundle.substitute_for}, which is absent")
             outcomes.append(outcome)
