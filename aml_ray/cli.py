@@ -40,9 +40,22 @@ def _fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
+def accuracy_cell(r: dict) -> str:
+    """``0.512 [0.473, 0.551]``: a table row's accuracy and its 95 % bootstrap interval (``-`` when none)."""
+    if r.get("accuracy") is None:
+        return "-"
+    if r.get("accuracy_ci_low") is None:  # a table from before the interval columns
+        return f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}"
+    return f"{r['accuracy']:.3f} [{r['accuracy_ci_low']:.3f}, {r['accuracy_ci_high']:.3f}]"
+
+
 def render_table(result_table, *, offline: bool, title: str, category_names: dict[str, str] | None = None) -> Table:
-    """A rich table of the aggregated scores (one row per category, then overall)."""
-    t = Table(title=title, caption="accuracy ± standard error; coverage = scored / total; "
+    """A rich table of the aggregated scores (one row per category, then overall); accuracy with its 95 %
+    bootstrap interval (:mod:`aml_ray.scoring.bootstrap`; ``accuracy_se`` stays in results.json)."""
+    from aml_ray.scoring.bootstrap import RESAMPLES, SEED
+
+    t = Table(title=title, caption=f"accuracy [95 % percentile bootstrap interval: {RESAMPLES:,} question "
+              f"resamples, seed {SEED}]; coverage = scored / total; "
               + ("OFFLINE answerer and judge: not official scores" if offline else "judge: LLM"))
     for col in ("category", "n", "scored", "errors", "excluded", "coverage", "accuracy", "F1", "BLEU-1"):
         t.add_column(col, justify="left" if col == "category" else "right")
@@ -51,7 +64,7 @@ def render_table(result_table, *, offline: bool, title: str, category_names: dic
         return "-" if x is None else f"{x:.3f}"
 
     for r in result_table.to_dicts():
-        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}"
+        acc = accuracy_cell(r)
         name = r["category"] + (f" {category_names[r['category']]}" if r["category"] in (category_names or {}) else "")
         t.add_row(name, str(r["n_total"]), str(r["n_scored"]), str(r["n_errors"]),
                   str(r["n_excluded"]), pct(r["coverage"]), acc, pct(r["f1"]), pct(r["bleu1"]),

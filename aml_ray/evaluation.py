@@ -462,6 +462,8 @@ class BundleOutcome:
         task_averages: secondary metrics (name -> value), e.g. LongMemEval's task-averaged accuracy.
         substitute_for: the primary bundle this one stands in for, if any.
         deviations: how the run differs from the release baseline.
+        credits: the per-question credits behind ``score`` (non-excluded questions, errors 0), for the
+            Overall's bootstrap interval; None reads them from ``result``'s evidence when needed.
     """
 
     name: str
@@ -478,13 +480,32 @@ class BundleOutcome:
     task_averages: dict[str, float | None] = field(default_factory=dict)
     substitute_for: str | None = None
     deviations: list[str] = field(default_factory=list)
+    credits: list[float] | None = field(default=None, repr=False)
+
+    def question_credits(self) -> list[float] | None:
+        """The per-question credits behind ``score`` (:func:`aml_ray.scoring.aggregate.with_credit`, excluded
+        questions left out): ``credits`` when set, else read from the run's evidence; None when it did not run."""
+        if self.credits is None and self.result is not None:
+            from aml_ray.scoring.aggregate import with_credit
+
+            rows = read_questions(self.result.run_dir, columns=("excluded", "status", "verdict", "score"))
+            self.credits = with_credit(rows).filter(~pl.col("excluded"))["credit"].to_list()
+        return self.credits
+
+    @property
+    def score_ci(self) -> tuple[float | None, float | None]:
+        """The 95 % bootstrap interval of ``score``: the dataset row's ``accuracy_ci_low`` / ``_high`` of the
+        result table (:func:`aml_ray.scoring.aggregate`); ``(None, None)`` when it did not run."""
+        row = _dataset_row(self.result.table) if self.result is not None else {}
+        return row.get("accuracy_ci_low"), row.get("accuracy_ci_high")
 
     def describe(self) -> dict[str, Any]:
         """The outcome for suite.json (no table, no evidence)."""
         return {k: getattr(self, k) for k in ("name", "dataset", "title", "status", "reason", "score", "score_se",
                                                "coverage", "n_total", "n_scored", "task_averages", "substitute_for",
                                                "deviations")} | (
-            {"run_dir": str(self.result.run_dir.root)} if self.result else {})
+            {"score_ci_low": self.score_ci[0], "score_ci_high": self.score_ci[1],
+             "run_dir": str(self.result.run_dir.root)} if self.result else {})
 
 
 @dataclass
@@ -500,23 +521,36 @@ class SuiteResult:
 def overall_of(outcomes: list[BundleOutcome]) -> dict[str, Any]:
     """Overall by the suite rule: the unweighted mean of the dataset scores of the bundles that ran.
 
+    Its 95 % interval is the stratified percentile bootstrap of that mean
+    (:func:`aml_ray.scoring.bootstrap.mean_of_means_ci`): each dataset's questions are resampled within the
+    dataset, the resampled dataset scores are averaged without weights, bundles taken in suite order.
+
     Examples:
-        >>> a = BundleOutcome("a", "a", "A", "ran", score=0.5, coverage=1.0, n_total=10, n_scored=10)
-        >>> b = BundleOutcome("b", "b", "B", "ran", score=0.9, coverage=0.5, n_total=30, n_scored=15)
+        >>> a = BundleOutcome("a", "a", "A", "ran", score=0.5, coverage=1.0, n_total=10, n_scored=10,
+        ...                   credits=[1.0] * 5 + [0.0] * 5)
+        >>> b = BundleOutcome("b", "b", "B", "ran", score=0.9, coverage=0.5, n_total=30, n_scored=15,
+        ...                   credits=[1.0] * 27 + [0.0] * 3)
         >>> o = overall_of([a, b, BundleOutcome("c", "c", "C", "skipped")])
         >>> round(o["score"], 3), round(o["coverage"], 4), o["datasets"]
         (0.7, 0.625, 2)
+        >>> o["score_ci_low"] < 0.7 < o["score_ci_high"]
+        True
 
     Returns:
-        ``{"score", "coverage", "n_total", "n_scored", "datasets"}``: score is None when nothing ran;
-        coverage = scored questions / non-excluded questions summed over the bundles that ran.
+        ``{"score", "score_ci_low", "score_ci_high", "coverage", "n_total", "n_scored", "datasets"}``:
+        score and its interval are None when nothing ran (the interval also when a bundle's credits are
+        unknown); coverage = scored questions / non-excluded questions summed over the bundles that ran.
     """
+    from aml_ray.scoring.bootstrap import mean_of_means_ci
+
     ran = [o for o in outcomes if o.status == "ran" and o.score is not None]
     n_total = sum(o.n_total for o in ran)
     n_scored = sum(o.n_scored for o in ran)
-    return {"score": sum(o.score for o in ran) / len(ran) if ran else None,
-            "coverage": n_scored / n_total if n_total else None, "n_total": n_total, "n_scored": n_scored,
-            "datasets": len(ran)}
+    credits = [o.question_credits() for o in ran]
+    low, high = mean_of_means_ci(credits) if ran and all(credits) else (None, None)
+    return {"score": sum(o.score for o in ran) / len(ran) if ran else None, "score_ci_low": low,
+            "score_ci_high": high, "coverage": n_scored / n_total if n_total else None, "n_total": n_total,
+            "n_scored": n_scored, "datasets": len(ran)}
 
 
 def _dataset_row(table: pl.DataFrame) -> dict[str, Any]:

@@ -33,6 +33,21 @@ def _category_label(category: str, names: dict[str, str]) -> str:
     return f"{category} {name}"
 
 
+def _with_ci(value: float | None, low: float | None, high: float | None, se: float | None = None) -> str:
+    """``0.512 [0.473, 0.551]``: a score and its 95 % bootstrap interval; ``± se`` when no interval is known."""
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return f"{value:.3f}" + ("" if se is None else f" ± {se:.3f}")
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _ci_caption() -> str:
+    from aml_ray.scoring.bootstrap import RESAMPLES, SEED
+
+    return f"[95 % percentile bootstrap interval: {RESAMPLES:,} question resamples, seed {SEED}]"
+
+
 def _short(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -48,14 +63,14 @@ def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: b
     """
     lexical = bundle.scorer in LEXICAL_SCORERS
     t = Table(title=f"{bundle.name}: {bundle.title} ({bundle.scorer})",
-              caption="score = mean credit ± standard error over all non-excluded questions (errors count 0); "
+              caption=f"score = mean credit over all non-excluded questions (errors count 0) {_ci_caption()}; "
                       "coverage = scored / total" + ("; OFFLINE answerer and judge: not official scores" if offline else ""))
     cols = ["category", "n", "scored", "errors", "excluded", "coverage", "score"] + (["F1", "BLEU-1"] if lexical else [])
     for c in cols:
         t.add_column(c, justify="left" if c == "category" else "right")
     for r in outcome.result.table.to_dicts():
         name = _category_label(r["category"], category_names)
-        score = "-" if r["accuracy"] is None else f"{r['accuracy']:.3f} ± {r['accuracy_se']:.3f}"
+        score = _with_ci(r["accuracy"], r.get("accuracy_ci_low"), r.get("accuracy_ci_high"), r["accuracy_se"])
         cells = [name, str(r["n_total"]), str(r["n_scored"]), str(r["n_errors"]), str(r["n_excluded"]),
                  _num(r["coverage"]), score] + ([_num(r["f1"]), _num(r["bleu1"])] if lexical else [])
         t.add_row(*cells, style="bold" if r["category"] == "overall" else None)
@@ -69,7 +84,9 @@ def overall_table(result, *, offline: bool) -> Table:
     """The Overall table: every bundle of the suite run, then Overall by the suite's rule."""
     suite = result.suite
     t = Table(title=f"Overall: suite {suite.name} {suite.version}",
-              caption=suite.aggregation.rule + (" OFFLINE answerer and judge: not official scores." if offline else ""))
+              caption=f"{suite.aggregation.rule} Scores {_ci_caption()}; Overall's interval resamples each "
+                      "dataset's questions within the dataset, then takes the unweighted mean."
+                      + (" OFFLINE answerer and judge: not official scores." if offline else ""))
     for c in ("dataset", "status", "questions", "scored", "coverage", "score", "note"):
         t.add_column(c, justify="right" if c in ("questions", "scored", "coverage", "score") else "left",
                      overflow="fold")
@@ -83,11 +100,12 @@ def overall_table(result, *, offline: bool) -> Table:
             note = "; ".join(extra)
         t.add_row(o.name, o.status, str(o.n_total) if o.status == "ran" else "-",
                   str(o.n_scored) if o.status == "ran" else "-", _num(o.coverage),
-                  "-" if o.score is None else f"{o.score:.3f} ± {o.score_se:.3f}", note,
+                  _with_ci(o.score, *o.score_ci, o.score_se), note,
                   style=None if o.status == "ran" else "dim")
     ov = result.overall
     t.add_row("Overall", f"{ov['datasets']} dataset(s)", str(ov["n_total"]), str(ov["n_scored"]), _num(ov["coverage"]),
-              _num(ov["score"]), "unweighted mean of the dataset scores", style="bold")
+              _with_ci(ov["score"], ov.get("score_ci_low"), ov.get("score_ci_high")),
+              "unweighted mean of the dataset scores", style="bold")
     return t
 
 

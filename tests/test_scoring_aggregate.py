@@ -199,3 +199,52 @@ def test_partial_credit_from_score_column():
     # population variance of [1, .5, 0, 0] is 0.171875 -> se = sqrt(0.171875 / 4)
     assert overall["accuracy_se"] == pytest.approx((0.171875 / 4) ** 0.5)
     assert overall["coverage"] == 0.75
+
+
+# --- bootstrap interval beside every accuracy ---------------------------------------------------------
+
+
+def test_accuracy_interval_is_the_bootstrap_of_the_credits():
+    from aml_ray.scoring.bootstrap import mean_ci
+
+    # 100 questions: 10 answer errors, 40 CORRECT, 50 WRONG -> accuracy 0.40 (errors count 0)
+    rows = [("locomo", "4", False, "answer_error", None, None, None)] * 10
+    rows += [("locomo", "4", False, "scored", "CORRECT", 1.0, 1.0)] * 40
+    rows += [("locomo", "4", False, "scored", "WRONG", 0.0, 0.0)] * 50
+    rows += [("locomo", "5", True, "scored", "WRONG", 0.0, 0.0)] * 7  # excluded: never resampled
+    result = aggregate(_rows(rows))
+    for category in ("4", OVERALL):
+        row = _row(result, "locomo", category)
+        assert row["accuracy"] == pytest.approx(0.40)
+        low, high = row["accuracy_ci_low"], row["accuracy_ci_high"]
+        assert (low, high) == mean_ci([1.0] * 40 + [0.0] * 60)
+        assert low < 0.40 < high
+        # seed 0, 2,000 resamples: the 2.5th / 97.5th percentiles of the resample means (steps of 0.01)
+        assert (round(low, 2), round(high, 2)) == (0.31, 0.49)
+        # within one step of the normal approximation's width 2 * 1.96 * sqrt(0.4 * 0.6 / 100) = 0.192
+        assert abs((high - low) - 0.192) <= 0.015
+        assert row["accuracy_se"] == pytest.approx(math.sqrt(0.0024))  # the standard error stays
+    cat5 = _row(result, "locomo", "5")
+    assert cat5["accuracy_ci_low"] is None and cat5["accuracy_ci_high"] is None
+
+
+def test_accuracy_interval_ignores_row_order():
+    rows = [("d", "1", False, "scored", "CORRECT" if i % 3 else "WRONG", 0.0, 0.0) for i in range(60)]
+    forward, backward = aggregate(_rows(rows)), aggregate(_rows(list(reversed(rows))))
+    assert forward.equals(backward)
+    row = _row(forward, "d", "1")
+    assert row["accuracy"] == pytest.approx(40 / 60)
+    assert row["accuracy_ci_low"] < 40 / 60 < row["accuracy_ci_high"]
+
+
+def test_accuracy_interval_of_partial_credit_and_of_a_constant_group():
+    rows = pl.DataFrame({
+        "dataset": ["beam"] * 4 + ["x"] * 3, "category": ["s"] * 4 + ["1"] * 3, "excluded": [False] * 7,
+        "status": ["scored"] * 7, "verdict": [None] * 4 + ["CORRECT"] * 3, "score": [1.0, 0.5, 0.0, 0.5] + [None] * 3,
+        "f1": [None] * 7, "bleu1": [None] * 7,
+    })
+    result = aggregate(rows)
+    beam = _row(result, "beam", OVERALL)
+    assert 0.0 <= beam["accuracy_ci_low"] <= 0.5 <= beam["accuracy_ci_high"] <= 1.0
+    x = _row(result, "x", OVERALL)  # every question right: every resample has mean 1
+    assert (x["accuracy_ci_low"], x["accuracy_ci_high"]) == (1.0, 1.0)

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
+from aml_ray.scoring.bootstrap import mean_ci
+
 OVERALL = "overall"
 """Category value of the per-dataset row that aggregates all its categories."""
 
@@ -49,6 +51,8 @@ RESULT_SCHEMA = {
     "coverage": pl.Float64,
     "accuracy": pl.Float64,
     "accuracy_se": pl.Float64,
+    "accuracy_ci_low": pl.Float64,
+    "accuracy_ci_high": pl.Float64,
     "f1": pl.Float64,
     "bleu1": pl.Float64,
 }
@@ -70,19 +74,56 @@ def _validate(df: pl.DataFrame) -> None:
         raise ValueError("column 'excluded' has nulls; every row must say true or false")
 
 
+def credit_expr() -> pl.Expr:
+    """Per-question credit in [0, 1] (module rules), null for an excluded row.
+
+    The scorer's ``score`` when it gives one (rubric means, option match), else 1 for a CORRECT verdict;
+    0 for every error status (it stays in the denominator). Reads ``excluded``, ``status``, ``verdict``
+    and ``score`` (which must exist: :func:`with_credit` adds a null one when absent).
+    """
+    scored = pl.col("status") == "scored"
+    verdict_credit = (pl.col("verdict") == "CORRECT").fill_null(False).cast(pl.Float64)
+    credit = pl.when(scored).then(pl.coalesce(pl.col("score").cast(pl.Float64), verdict_credit)).otherwise(0.0)
+    return pl.when(~pl.col("excluded")).then(credit).otherwise(None).alias("credit")
+
+
+def with_credit(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with a Float64 ``credit`` column: each question's credit by the module rules, null when excluded.
+
+    What :func:`aggregate` averages; :mod:`aml_ray.compare` pairs it across runs and the suite's Overall
+    resamples it.
+
+    Examples:
+        >>> rows = pl.DataFrame({"excluded": [False, False, False, True],
+        ...                      "status": ["scored", "scored", "judge_error", "scored"],
+        ...                      "verdict": ["CORRECT", "WRONG", None, "CORRECT"]})
+        >>> with_credit(rows)["credit"].to_list()
+        [1.0, 0.0, 0.0, None]
+
+    Args:
+        df: rows with ``excluded`` (bool), ``status``, ``verdict`` and optionally ``score`` (float or null).
+
+    Raises:
+        ValueError: a required column is missing.
+    """
+    missing = [c for c in ("excluded", "status", "verdict") if c not in df.columns]
+    if missing:
+        raise ValueError(f"frame lacks columns {missing}; credit needs excluded, status, verdict (and score)")
+    if "score" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("score"))
+    return df.with_columns(credit_expr())
+
+
 def _group_metrics() -> list[pl.Expr]:
     included = ~pl.col("excluded")
     scored = included & (pl.col("status") == "scored")
-    # Per-question credit in [0, 1]: the scorer's ``score`` when it gives one (rubric means, option
-    # match), else 1 for a CORRECT verdict; 0 for every error (it stays in the denominator).
-    verdict_credit = (pl.col("verdict") == "CORRECT").fill_null(False).cast(pl.Float64)
-    credit = pl.when(scored).then(pl.coalesce(pl.col("score"), verdict_credit)).otherwise(0.0)
+    credit = pl.col("credit").fill_null(0.0)
     return [
         included.sum().cast(pl.Int64).alias("n_total"),
         scored.sum().cast(pl.Int64).alias("n_scored"),
         pl.col("excluded").sum().cast(pl.Int64).alias("n_excluded"),
-        pl.when(included).then(credit).otherwise(0.0).sum().alias("_n_correct"),
-        pl.when(included).then(credit * credit).otherwise(0.0).sum().alias("_credit_sq"),
+        credit.sum().alias("_n_correct"),
+        (credit * credit).sum().alias("_credit_sq"),
         pl.when(scored).then(pl.col("f1").fill_null(0.0)).otherwise(0.0).sum().alias("_f1_sum"),
         pl.when(scored).then(pl.col("bleu1").fill_null(0.0)).otherwise(0.0).sum().alias("_bleu1_sum"),
     ]
@@ -91,6 +132,22 @@ def _group_metrics() -> list[pl.Expr]:
 def _ratio(numerator: str) -> pl.Expr:
     n = pl.col("n_total")
     return pl.when(n > 0).then(pl.col(numerator).cast(pl.Float64) / n).otherwise(None)
+
+
+def _intervals(base: pl.DataFrame) -> pl.DataFrame:
+    """``(dataset, category, accuracy_ci_low, accuracy_ci_high)`` for every category and dataset row."""
+    included = base.filter(~pl.col("excluded"))
+    groups = pl.concat([
+        included.group_by("dataset", "category").agg(pl.col("credit")),
+        included.group_by("dataset").agg(pl.col("credit")).with_columns(
+            pl.lit(OVERALL, dtype=pl.String).alias("category")).select("dataset", "category", "credit"),
+    ])
+    rows = []
+    for dataset, category, credits in groups.iter_rows():
+        low, high = mean_ci(np.asarray(credits, dtype=np.float64))
+        rows.append((dataset, category, low, high))
+    return pl.DataFrame(rows, schema={"dataset": pl.String, "category": pl.String, "accuracy_ci_low": pl.Float64,
+                                      "accuracy_ci_high": pl.Float64}, orient="row")
 
 
 def aggregate(df: pl.DataFrame) -> pl.DataFrame:
@@ -103,8 +160,11 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
         ...     "verdict": [None] * 2 + ["CORRECT"] * 7 + ["WRONG"],
         ...     "f1": [None] * 2 + [1.0] * 8, "bleu1": [None] * 2 + [1.0] * 8,
         ... })
-        >>> aggregate(rows).filter(pl.col("category") == "overall")["accuracy"].round(4).item()
+        >>> overall = aggregate(rows).filter(pl.col("category") == "overall")
+        >>> overall["accuracy"].round(4).item()
         0.7
+        >>> overall["accuracy_ci_low"].item() <= 0.7 <= overall["accuracy_ci_high"].item()
+        True
 
     Args:
         df: one row per question with columns ``dataset`` (str), ``category`` (str), ``excluded``
@@ -114,7 +174,8 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
     Returns:
         A frame with the columns of :data:`RESULT_SCHEMA`: ``n_total`` (non-excluded questions, the
         denominator), ``n_scored``, ``n_errors`` (``n_total - n_scored``), ``n_excluded``, then
-        ``coverage``, ``accuracy``, ``accuracy_se``, ``f1`` and ``bleu1`` (null when ``n_total`` is 0).
+        ``coverage``, ``accuracy``, ``accuracy_se``, ``accuracy_ci_low``, ``accuracy_ci_high`` (the
+        95 % bootstrap interval), ``f1`` and ``bleu1`` (null when ``n_total`` is 0).
         Rows are sorted by dataset, then category: categories that are integers in numeric order
         (``"2"`` before ``"10"``), then other names alphabetically, then ``"overall"`` last.
         An empty input gives an empty frame with that schema.
@@ -135,7 +196,7 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
         (pl.col("score") if "score" in df.columns else pl.lit(None)).cast(pl.Float64).alias("score"),
         pl.col("f1").cast(pl.Float64),
         pl.col("bleu1").cast(pl.Float64),
-    )
+    ).with_columns(credit_expr())
     per_category = base.group_by("dataset", "category").agg(_group_metrics())
     per_dataset = base.group_by("dataset").agg(_group_metrics()).with_columns(
         pl.lit(OVERALL, dtype=pl.String).alias("category")
@@ -154,6 +215,7 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
             (pl.col("category") == OVERALL).alias("_is_overall"),
             pl.col("category").cast(pl.Int64, strict=False).alias("_category_number"),
         )
+        .join(_intervals(base), on=["dataset", "category"], how="left")
         .sort(
             ["dataset", "_is_overall", "_category_number", "category"],
             nulls_last=True,
