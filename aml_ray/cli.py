@@ -72,6 +72,24 @@ def render_table(result_table, *, offline: bool, title: str, category_names: dic
     return t
 
 
+def render_recall_table(rows: list[dict], *, category_names: dict[str, str] | None = None) -> Table:
+    """A rich table of evidence recall (:func:`aml_ray.scoring.evidence_recall.recall_table`): fuzzy rule,
+    with the exact rule's recall@10 beside it."""
+    t = Table(title="evidence recall", caption="recall@K = evidence turns covered by the first K memories (fuzzy: "
+              ">= half the turn's content words; exact: the turn's text); n = questions with evidence")
+    for col in ("category", "n", "R@1", "R@5", "R@10", "R@25", "R@100", "exact R@10", "hit", "first rank"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+
+    def f(x, digits=3):
+        return "-" if x is None else f"{x:.{digits}f}"
+
+    for r in rows:
+        name = r["category"] + (f" {category_names[r['category']]}" if r["category"] in (category_names or {}) else "")
+        t.add_row(name, str(r["n"]), *(f(r[f"recall@{k}"]) for k in (1, 5, 10, 25, 100)), f(r["recall_exact@10"]),
+                  f(r["hit_share"]), f(r["median_first_rank"], 1), style="bold" if r["category"] == "overall" else None)
+    return t
+
+
 def render_retrieval_table(result_table, *, title: str, category_names: dict[str, str] | None = None) -> Table:
     """A rich table of a retrieval-only run (:func:`aml_ray.scoring.retrieval.retrieval_table`)."""
     t = Table(title=f"{title}, retrieval only", caption="no answer or judge model was called: coverage = "
@@ -358,6 +376,8 @@ def run(
     names = get_dataset(dataset).category_names
     console.print(render_retrieval_table(result.table, title=title, category_names=names) if retrieval_only
                   else render_table(result.table, offline=info["offline_models"], title=title, category_names=names))
+    if any(r["n"] for r in info["evidence_recall"]["table"]):
+        console.print(render_recall_table(info["evidence_recall"]["table"], category_names=names))
     console.print(f"samples {ds['samples']}, chunks {ds['chunks']}, messages {ds['messages']}, questions "
                   f"{ds['questions']} ({ds['scorable_questions']} scorable, {ds['excluded_questions']} excluded"
                   f" and reported, never scored)")

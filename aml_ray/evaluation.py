@@ -367,11 +367,13 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
     search_lat = questions.filter(pl.col("search_status") == "ok")["search_latency_ms"]
     leaks = check_isolation(inputs, run_dir)
+    recall = evidence_recall(samples, run_dir)
     outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                           isolation=leaks)
     info.update(
         status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
         wall_s=round(wall_s, 3), isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
+        evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
         **({"error": outcome.summary} if outcome.status != "completed" else {}),
         evidence={"add_rows": adds.height, "question_rows": questions.height},
         adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
@@ -386,7 +388,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     )
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
                        "models": info["models"], "retrieval_only": cfg.retrieval_only,
-                       "table": table.to_dicts(), "judge_runs": info["judge_runs_summary"]},
+                       "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"]},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
     shutil.rmtree(inputs.folder, ignore_errors=True)  # derived from the dataset and run id; not evidence
@@ -394,6 +396,21 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         raise StageFailed(outcome.summary or "failed", failure={"kind": "isolation" if leaks else "outcome",
                                                                  "summary": outcome.summary})
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
+
+
+def evidence_recall(samples, run_dir: RunDir) -> list[dict[str, Any]]:
+    """Per-question evidence recall written to ``evidence/recall.parquet``; returns the per-category table
+    (:func:`aml_ray.scoring.evidence_recall.recall_table`)."""
+    import pyarrow as pa
+
+    from aml_ray.scoring.evidence_recall import recall_rows, recall_table
+
+    files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
+    columns = ("question_id", "sample_id", "category", "excluded", "search_status", "memories")
+    rows = list(recall_rows(samples, iter_question_memories(files, columns)))
+    write_parquet_atomic(pa.Table.from_pylist(rows) if rows else pa.table({"question_id": pa.array([], pa.string())}),
+                         run_dir.recall)
+    return recall_table(rows)
 
 
 def check_isolation(inputs, run_dir: RunDir) -> list[dict[str, Any]]:

@@ -66,6 +66,8 @@ ADD_SCHEMA = pa.schema([
     ("http_status", pa.int32()), ("attempts", pa.int32()), ("retried_statuses", pa.list_(pa.int32())),
     ("latency_ms", pa.float64()), ("elapsed_ms", pa.float64()), ("contract", pa.string()),
     ("error", pa.string()),
+    # the source turns the chunk carried (aml_ray.datasets.base.turn_ids: "D<session>:<turn>")
+    ("turn_ids", pa.list_(pa.string())),
 ])
 
 #: Final ``status`` of a question whose Search succeeded in a retrieval-only run (no Answer, no Judge).
@@ -243,6 +245,7 @@ class RunDir:
         self.media = self.root / "media"
         self.inputs = self.root / "inputs"
         self.stopped = self.root / "evidence" / "stopped"
+        self.recall = self.root / "evidence" / "recall.parquet"  # per-question evidence recall (scoring.evidence_recall)
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aml_ray.contract import AddRequest
-from aml_ray.datasets.base import Sample
+from aml_ray.datasets.base import Sample, turn_ids
 from aml_ray.datasets.chunking import chunk_sample, count_words
 from aml_ray.evidence import (
     QUESTION_INPUT_COLUMNS,
@@ -174,13 +174,18 @@ def sample_input(sample: Sample, ids: IdScheme, *, stream_checkpoints: list[floa
     position = {s.key: i for i, s in enumerate(sample.sessions, start=1)}
     adds, meta = [], []
     out = SampleInput(row={}, excluded=[])
+    turns = {s.key: turn_ids(s) for s in sample.sessions}
+    offset: dict[str, int] = {}  # session -> its turns already in earlier chunks (a chunk never spans two sessions)
     for chunk in chunk_sample(sample):
         request = AddRequest(request_id=ids.request_id(sample.sample_id, chunk.index),
                              messages=list(chunk.messages), user_id=user_id,
                              session_id=ids.session_id(sample.sample_id, chunk.session_key))
         adds.append(request.model_dump(exclude_none=True))
+        start = offset.get(chunk.session_key, 0)
+        offset[chunk.session_key] = start + len(chunk.messages)
         meta.append({"chunk_index": chunk.index, "n_words": sum(count_words(m) for m in chunk.messages),
-                     "session_index": position[chunk.session_key]})
+                     "session_index": position[chunk.session_key],
+                     "turn_ids": turns[chunk.session_key][start:start + len(chunk.messages)]})
         out.n_messages += len(chunk.messages)
     steps: list[int | None] = [None]
     if stream_checkpoints:

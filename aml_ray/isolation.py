@@ -20,7 +20,7 @@ test of the whole message. Each distinct (user_id, memory) pair is checked once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,9 +131,11 @@ def find_leaks(rows: Iterable[dict[str, Any]], owners: _Owners, *, limit: int = 
     return leaks
 
 
-def iter_question_memories(files: Iterable[str]) -> Iterator[dict[str, Any]]:
-    """Question evidence files -> ``{question_id, user_id, memories}`` rows, one row group at a time."""
-    columns = ["question_id", "user_id", "memories"]
+def iter_question_memories(files: Iterable[str], columns: Sequence[str] = ("question_id", "user_id", "memories")
+                           ) -> Iterator[dict[str, Any]]:
+    """Question evidence files -> rows of ``columns`` (default ``{question_id, user_id, memories}``), one row
+    group at a time (a large run's memories are never all in memory)."""
+    columns = list(columns)
     for path in files:
         parquet = pq.ParquetFile(path)
         for group in range(parquet.num_row_groups):

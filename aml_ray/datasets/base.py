@@ -29,6 +29,17 @@ class Session:
     messages: tuple[Message, ...]
 
 
+def turn_ids(session: Session) -> list[str]:
+    """The platform's ids of a session's turns: ``D<session index>:<1-based position>``.
+
+    This is LoCoMo's ``dia_id`` convention (``D8:6`` = the 6th turn of session 8), which the LoCoMo adapter's
+    sessions follow exactly; every other dataset's turns get ids of the same form, so Add evidence can name
+    the turns each chunk carried and evidence recall can resolve turn-level evidence
+    (:mod:`aml_ray.scoring.evidence_recall`).
+    """
+    return [f"D{session.index}:{i}" for i in range(1, len(session.messages) + 1)]
+
+
 @dataclass(frozen=True, slots=True)
 class Question:
     """One benchmark question.

@@ -43,7 +43,7 @@ def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: 
             "n_messages": len(add["messages"]), "request_sha256": o["request_sha256"], "status": o["status"],
             "http_status": o["http_status"], "attempts": o["attempts"], "retried_statuses": o["retried_statuses"],
             "latency_ms": o["latency_ms"], "elapsed_ms": o["elapsed_ms"],
-            "contract": "ok" if o["status"] == "ok" else None, "error": o["error"]}
+            "contract": "ok" if o["status"] == "ok" else None, "error": o["error"], "turn_ids": meta.get("turn_ids")}
 
 
 def _take(table: pa.Table, positions: list[int]) -> pa.Table:
