@@ -437,6 +437,41 @@ def reference(
     sys.exit(main(argv))
 
 
+@app.command()
+def compare(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="Two or more run directories; each is "
+                                               "compared with the first.")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON (with the ids of the "
+                                              "questions that flipped) instead of tables.")] = False,
+) -> None:
+    """Compare runs question by question: per category the accuracy difference with a paired bootstrap
+    interval, McNemar's exact test and the questions that flipped (aml_ray.compare).
+
+    Refuses (exit 2), naming each differing entry, runs whose dataset, prompts, models, Top K, judge runs,
+    context budget or stream checkpoints differ.
+    """
+    import json
+
+    from aml_ray.compare import compare_runs, render_comparison
+    from aml_ray.evidence import EvidenceError
+
+    try:
+        result = compare_runs(runs)
+    except (FileNotFoundError, ValueError, EvidenceError) as exc:
+        _fail(str(exc))
+    if json_output:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    try:
+        from aml_ray.datasets.registry import get_dataset
+
+        names = get_dataset(result["dataset"]).category_names
+    except (KeyError, ValueError):
+        names = None
+    for comparison in result["comparisons"]:
+        console.print(render_comparison(comparison, category_names=names))
+
+
 from aml_ray.conformance.cli import check_command  # noqa: E402
 app.command("check")(check_command)
 
