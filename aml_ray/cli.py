@@ -21,7 +21,8 @@ from rich.table import Table
 
 app = typer.Typer(help="aml-ray: evaluate agent memory systems through the AML Add/Search contract.",
                   pretty_exceptions_enable=False,  # rich tracebacks print locals, which may hold secrets
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False,
+                  rich_markup_mode=None)  # click's plain help: wraps at 80 columns without cutting option names
 # Wide enough for the score table when output is a file or a CI log (rich defaults to 80 columns there).
 console = Console(width=None if sys.stdout.isatty() else 120)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
@@ -236,6 +237,8 @@ def run(
     retrieval_only: Annotated[bool, typer.Option(
         "--retrieval-only", help="Add and Search only: no answer or judge model is called; the table says "
                                  "what Search returned (coverage, memories per question), with no accuracy.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show Ray's own log lines (kept off the console "
+                                          "by default).")] = False,
 ) -> None:
     """Evaluate a memory system on a benchmark (or a whole suite) and print the score tables.
 
@@ -254,8 +257,10 @@ def run(
     from aml_ray.ids import new_run_id
     from aml_ray.pipeline import StageFailed
     from aml_ray.prompts import load_prompt
+    from aml_ray.ray_runtime import set_verbose
     from aml_ray.suite import verify_loaded_bundle
 
+    set_verbose(verbose)
     run_id = new_run_id()
     stream = _checkpoints(stream_checkpoints)
     if resume is not None:

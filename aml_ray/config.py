@@ -20,6 +20,10 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+#: Retention period of evidence, in days (DESIGN.md "Data handling"): ``aml-ray purge`` and
+#: :mod:`aml_ray.store.retention`. Here, not in the store, so that ``aml-ray --help`` does not load SQLAlchemy.
+DEFAULT_RETENTION_DAYS = 30
+
 
 def data_dir() -> Path:
     """The platform's data directory (``AML_DATA_DIR`` or ``~/.aml-ray``)."""

@@ -1,15 +1,32 @@
-"""Starting (or joining) Ray with the settings measured on small machines (RAY_NOTES.md).
+"""Starting (or joining) Ray with the settings measured on small machines (docs/ray-notes.md).
 
 Quiet start: usage stats off, token auth off for a local cluster, a private temp dir, no dashboard,
 ``address="local"`` so a stale address file from an earlier ``ray start`` is never joined by accident.
 Set ``RAY_ADDRESS`` (or pass ``address``) to join a real cluster instead.
+
+Console (:func:`set_verbose`; ``aml-ray run`` calls it with its ``--verbose`` flag): quiet keeps Ray's own
+log lines off the console, since a user cannot act on them and they read as failures (a ``core_worker.cc``
+error about actor constructor arguments on every run, Ray Data's ``max_errored_blocks`` advice and
+"Exception occurred in user code" when the contract stops a run). The run reports its own errors, and
+``run.json`` and the evidence name each one. Every line kept off the console is still in the session's
+log files (``<RAY_TMPDIR>/session_*/logs``: ``python-core-driver-*.log``, ``ray-data/``):
+
+- the driver's C++ log lines, which Ray's core worker writes straight to descriptor 2
+  (:func:`_filter_native_stderr`);
+- the ``ray`` Python logger of the driver above critical, and Ray Data's console handler.
+
+Verbose gives Ray's defaults (``ray`` logger at info, Ray Data's console lines, the workers' output).
+Without a call (tests, the service, scripts) the ``ray`` logger prints warnings and Ray Data errors.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +34,64 @@ from pathlib import Path
 from typing import Any
 
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
+#: The start of a line of Ray's C++ log: ``[2026-12-03 04:37:11,602 E 32049 32049] core_worker.cc:2465: ...``
+#: (time, level, process and thread id).
+RAY_NATIVE_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIWEF] \d+ \d+\] ")
+
+#: None: no :func:`set_verbose` call (library defaults); False: quiet console; True: Ray's defaults.
+_verbose: bool | None = None
+_native_stderr_filtered = False
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show Ray's own log lines on this process's console (True) or keep them off it (False).
+
+    Call it before Ray starts (the logger settings apply at the next :func:`init_ray` or
+    :func:`local_cluster`); see the module docstring for what quiet keeps off the console and where those
+    lines still go. Quiet also filters descriptor 2 at once (:func:`_filter_native_stderr`).
+    """
+    global _verbose
+    _verbose = verbose
+    if not verbose:
+        _filter_native_stderr()
+
+
+def _filter_native_stderr() -> None:
+    """Keep Ray's C++ log lines, written by the driver's core worker to descriptor 2, off the console.
+
+    Descriptor 2 becomes a pipe read by a daemon thread that passes every line not starting with
+    :data:`RAY_NATIVE_LOG_LINE` on to the console; ``sys.stderr`` is reopened on the console itself, so
+    what Python prints never waits on the thread. Only where ``sys.stderr`` is the process's own on
+    descriptor 2 (the command line; not under pytest's capture or click's test runner), and once.
+    """
+    global _native_stderr_filtered
+    if _native_stderr_filtered or sys.stderr is not sys.__stderr__:
+        return
+    try:
+        if sys.stderr.fileno() != 2:
+            return
+    except (AttributeError, OSError, ValueError):
+        return
+    _native_stderr_filtered = True
+    sys.stderr.flush()
+    console = os.dup(2)
+    pipe_in, pipe_out = os.pipe()
+    os.dup2(pipe_out, 2)
+    os.close(pipe_out)
+    old = sys.stderr
+    sys.stderr = open(console, "w", buffering=1, encoding=old.encoding, errors=old.errors, closefd=False)  # noqa: SIM115
+
+    def forward() -> None:
+        pending = b""
+        while chunk := os.read(pipe_in, 65536):
+            *lines, pending = (pending + chunk).split(b"\n")
+            kept = b"".join(line + b"\n" for line in lines if not RAY_NATIVE_LOG_LINE.match(line))
+            if kept:
+                os.write(console, kept)
+        if pending and not RAY_NATIVE_LOG_LINE.match(pending):
+            os.write(console, pending)
+
+    threading.Thread(target=forward, name="aml-ray-stderr", daemon=True).start()
 
 
 def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool:
@@ -36,7 +111,7 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     address = address or os.environ.get("RAY_ADDRESS") or "local"
-    kwargs: dict = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+    kwargs: dict = {"include_dashboard": False, **_driver_logging()}
     if address == "local":
         tmp = os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "aml-ray"))
         Path(tmp).mkdir(parents=True, exist_ok=True)
@@ -46,12 +121,25 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
     return True
 
 
+def _driver_logging() -> dict[str, Any]:
+    """``ray.init`` arguments for the driver's ``ray`` logger and the workers' output (module docstring)."""
+    if _verbose:
+        return {"log_to_driver": True, "logging_level": "info"}
+    return {"log_to_driver": False, "logging_level": "warning" if _verbose is None else "critical"}
+
+
 def _quiet_ray_data() -> None:
     import logging
 
     import ray.data
 
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # the CLI prints its own progress
+    data_log = logging.getLogger("ray.data")
+    if not _verbose:
+        data_log.setLevel(logging.ERROR)  # the CLI prints its own progress
+    if _verbose is False:
+        for handler in data_log.handlers:  # the console's, not the session's log file
+            if isinstance(handler, logging.StreamHandler):
+                handler.setLevel(logging.CRITICAL + 1)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # the CLI shows its own per-stage progress
     ctx.print_on_execution_start = False
@@ -107,7 +195,7 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
     cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **head})
     try:
         nodes = [cluster.add_node(**w) for w in workers]
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
+        ray.init(address=cluster.address, **_driver_logging())
         cluster.wait_for_nodes()
 
         @ray.remote(num_cpus=0)

@@ -12,44 +12,24 @@ rows, bench folders), :mod:`~aml_ray.coding.swecontextbench` (loaders), :mod:`~a
 (offline generator) and :mod:`~aml_ray.coding.runner` (the evaluation). See ``README.md`` beside them.
 """
 
-from aml_ray.coding.agent import AgentBudget, AgentResult, parse_action, run_agent
-from aml_ray.coding.bench import load_bench, task_from_swebench_row
-from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff
-from aml_ray.coding.sandbox import (
-    ContainerSandbox,
-    Sandbox,
-    SandboxConfig,
-    SandboxJob,
-    SubprocessSandbox,
-    TestReport,
-    sandbox_remote,
-)
-from aml_ray.coding.scoring import is_resolved, memory_gain, resolved_rates
-from aml_ray.coding.task import CONDITIONS, CodingBench, CodingTask, Trajectory, Turn
+from __future__ import annotations
 
-__all__ = [
-    "CONDITIONS",
-    "AgentBudget",
-    "AgentResult",
-    "CodingBench",
-    "CodingTask",
-    "ContainerSandbox",
-    "DiffApplyError",
-    "DiffRefused",
-    "Sandbox",
-    "SandboxConfig",
-    "SandboxJob",
-    "SubprocessSandbox",
-    "TestReport",
-    "Trajectory",
-    "Turn",
-    "apply_diff",
-    "is_resolved",
-    "load_bench",
-    "memory_gain",
-    "parse_action",
-    "resolved_rates",
-    "run_agent",
-    "sandbox_remote",
-    "task_from_swebench_row",
-]
+import importlib
+from typing import Any
+
+# Public names and their modules; imported on first use so that ``aml-ray --help`` stays fast (the agent
+# module loads the tokenizer).
+_EXPORTS = {"AgentBudget": "agent", "AgentResult": "agent", "parse_action": "agent", "run_agent": "agent",
+            "load_bench": "bench", "task_from_swebench_row": "bench",
+            "DiffApplyError": "diffs", "DiffRefused": "diffs", "apply_diff": "diffs",
+            "ContainerSandbox": "sandbox", "Sandbox": "sandbox", "SandboxConfig": "sandbox", "SandboxJob": "sandbox",
+            "SubprocessSandbox": "sandbox", "TestReport": "sandbox", "sandbox_remote": "sandbox",
+            "is_resolved": "scoring", "memory_gain": "scoring", "resolved_rates": "scoring",
+            "CONDITIONS": "task", "CodingBench": "task", "CodingTask": "task", "Trajectory": "task", "Turn": "task"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from aml_ray.store.retention import DEFAULT_RETENTION_DAYS
+from aml_ray.config import DEFAULT_RETENTION_DAYS
 
 
 def _human(n: int) -> str:

@@ -29,13 +29,12 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from aml_ray.config import DEFAULT_RETENTION_DAYS  # noqa: F401 (re-exported)
 from aml_ray.store.audit import log_admin_action
 from aml_ray.store.models import Job, utcnow
 
 log = logging.getLogger("aml_ray.retention")
 
-#: Retention period of evidence, in days (DESIGN.md "Data handling").
-DEFAULT_RETENTION_DAYS = 30
 #: Job statuses after which evidence may be purged.
 FINAL_STATUSES = ("completed", "partial", "failed")
 #: The audit log's actor and action for a purge.
