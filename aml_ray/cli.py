@@ -378,9 +378,18 @@ def run(
     info = result.run_info
     ds = info["dataset"]
     title = f"{dataset}: {label} (top_k={top_k}, run {run_id})"
+    pooled = ", every checkpoint pooled" if info.get("by_checkpoint") else ""
     names = get_dataset(dataset).category_names
-    console.print(render_retrieval_table(result.table, title=title, category_names=names) if retrieval_only
-                  else render_table(result.table, offline=info["offline_models"], title=title, category_names=names))
+    console.print(render_retrieval_table(result.table, title=title + pooled, category_names=names) if retrieval_only
+                  else render_table(result.table, offline=info["offline_models"], title=title + pooled,
+                                    category_names=names))
+    for checkpoint in info.get("by_checkpoint", []):  # Streaming: each checkpoint's own table (the one above pools them)
+        import polars as pl
+
+        at = pl.DataFrame(checkpoint["table"])
+        when = f"after {checkpoint['fraction']:.0%} of each sample's sessions"
+        console.print(render_retrieval_table(at, title=f"{title}, {when}", category_names=names) if retrieval_only
+                      else render_table(at, offline=info["offline_models"], title=f"{title}, {when}", category_names=names))
     if any(r["n"] for r in info["evidence_recall"]["table"]):
         console.print(render_recall_table(info["evidence_recall"]["table"], category_names=names))
     console.print(f"samples {ds['samples']}, chunks {ds['chunks']}, messages {ds['messages']}, questions "

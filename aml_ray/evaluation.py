@@ -364,6 +364,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     adds = read_adds(run_dir)
     with_dataset = questions.with_columns(pl.lit(spec.name).alias("dataset"))
     table = retrieval_table(with_dataset) if cfg.retrieval_only else aggregate(with_dataset)
+    by_checkpoint = checkpoint_tables(with_dataset, run_dir, samples, cfg.stream_checkpoints,
+                                      retrieval_table if cfg.retrieval_only else aggregate)
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
     search_lat = questions.filter(pl.col("search_status") == "ok")["search_latency_ms"]
     leaks = check_isolation(inputs, run_dir)
@@ -374,6 +376,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
         wall_s=round(wall_s, 3), isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
         evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
+        **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
         **({"error": outcome.summary} if outcome.status != "completed" else {}),
         evidence={"add_rows": adds.height, "question_rows": questions.height},
         adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
@@ -388,7 +391,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     )
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
                        "models": info["models"], "retrieval_only": cfg.retrieval_only,
-                       "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"]},
+                       "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"],
+                       **({"by_checkpoint": by_checkpoint, "table_pools_checkpoints": True} if by_checkpoint else {})},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
     shutil.rmtree(inputs.folder, ignore_errors=True)  # derived from the dataset and run id; not evidence
@@ -396,6 +400,40 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         raise StageFailed(outcome.summary or "failed", failure={"kind": "isolation" if leaks else "outcome",
                                                                  "summary": outcome.summary})
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
+
+
+def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpoints: list[float] | None,
+                      table_of: Callable[[pl.DataFrame], pl.DataFrame]) -> list[dict[str, Any]]:
+    """Streaming: the score table at each checkpoint, not pooled (issue 25).
+
+    A sample of ``n`` sessions is searched at step ``max(1, ceil(f * n))`` for the fraction ``f``
+    (:func:`aml_ray.inputs.stream_steps`), so the table of ``f`` takes each sample's rows of that step; two
+    fractions that give a sample the same step share those rows.
+
+    Args:
+        questions: the run's question rows (``question_id`` and what ``table_of`` reads).
+        run_dir: the run (its rows' ``sample_id`` and ``step`` are read from the evidence).
+        samples: the run's samples (their session counts).
+        checkpoints: the run's fractions; None or empty gives ``[]``.
+        table_of: :func:`aml_ray.scoring.aggregate` or the retrieval-only table.
+
+    Returns:
+        ``[{"fraction": f, "table": [rows]}, ...]`` in increasing ``f``.
+    """
+    if not checkpoints:
+        return []
+    import math
+
+    where = read_questions(run_dir, columns=("question_id", "sample_id", "step"))
+    rows = questions.join(where, on="question_id", how="left")
+    out = []
+    for f in sorted(set(checkpoints)):
+        wanted = pl.DataFrame({"sample_id": [s.sample_id for s in samples],
+                               "step": [max(1, math.ceil(f * len(s.sessions))) for s in samples]},
+                              schema={"sample_id": pl.String, "step": pl.Int32})
+        at = rows.join(wanted, on=["sample_id", "step"], how="semi").drop("sample_id", "step")
+        out.append({"fraction": f, "table": table_of(at).to_dicts()})
+    return out
 
 
 def evidence_recall(samples, run_dir: RunDir) -> list[dict[str, Any]]:

@@ -196,3 +196,11 @@ def test_streaming_searches_a_question_at_two_steps(tmp_path, locomo_file):
     assert grew > 0  # later steps retrieve from more memory
     table = result.questions.filter(~pl.col("excluded")).group_by("step").agg(pl.len())
     assert sorted(table["len"].to_list()) == [152, 152]
+    # issue 25: one table per checkpoint, each of the fraction's step only (the main table pools them)
+    by = result.run_info["by_checkpoint"]
+    assert [c["fraction"] for c in by] == [0.5, 1.0]
+    overall = [next(r for r in c["table"] if r["category"] == "overall") for c in by]
+    assert [(o["n_total"], o["n_excluded"]) for o in overall] == [(152, 47), (152, 47)]
+    pooled = next(r for r in result.table.to_dicts() if r["category"] == "overall")
+    assert pooled["n_total"] == 304
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["by_checkpoint"] == by
