@@ -308,9 +308,8 @@ def finish_add_journals(run_dir: RunDir) -> int:
     """Turn every Add journal left in ``run_dir`` into its sample's Parquet evidence (:meth:`AddJournal.finish`).
 
     The driver calls it once the pipeline has run to its end (:func:`aml_ray.pipeline.run_pipeline`),
-    not the Ingest stage after each sample: a Parquet file per sample costs about 1 ms of CPU warm and
-    2 ms in a running pipeline (measured with ``scripts/bench_pipeline.py``), on the event loop that
-    feeds the participant client, while the journal alone already makes a resumed run exact. A run that
+    not the Ingest stage after each sample: a Parquet file per sample costs milliseconds of CPU
+    (measured: docs/benchmarks.md) on the event loop that feeds the participant client, while the journal alone already makes a resumed run exact. A run that
     stopped early keeps its journals; the run that resumes it writes them.
 
     Returns:

@@ -274,10 +274,8 @@ def read_sample_files(paths: Iterable[str]) -> pa.Table:
     and opened from there on the calling thread: no decoding, no thread pool, and no memory map that
     would outlive the file (a finished run removes its inputs). The Ingest actor reads a sample's file
     when the sample starts, on its event loop, where every millisecond is taken from the participant
-    client's 2 cores: measured (median thread CPU over the files of ``scripts/bench_pipeline.py``'s
-    Search corpus, 100 questions a sample, and of a LoCoMo-sized one, 19 sessions and 154 questions),
-    0.08-0.12 ms a file against 0.82-0.98 ms for the same rows in Parquet (``ParquetFile.read``), for
-    files 3-5 times larger (30 KB and 173 KB against 11 KB and 32 KB).
+    client's 2 cores: an IPC file measured several times faster to read than the same rows in Parquet,
+    for a larger file (docs/benchmarks.md).
 
     Raises:
         FileNotFoundError: a file is missing (e.g. a run directory that not every node sees).

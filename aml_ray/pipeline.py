@@ -5,7 +5,7 @@ added in order while samples run in parallel; a sample's questions are searched 
 sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
 question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through Answer and Judge with
 backpressure between operators. A retrieval-only run stops after Search. Every stage is an actor pool
-of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, RAY_NOTES.md), sending
+of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, docs/ray-notes.md), sending
 one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
 """
 
@@ -40,9 +40,9 @@ class PipelineOptions:
     """Throughput knobs (defaults sized for one participant on a small machine).
 
     The participant's ``max_in_flight`` (and the model endpoints' limits) are the only limiters: these
-    knobs only have to keep enough work queued in front of them. Measured with
-    ``scripts/bench_pipeline.py`` (2 cores, 20 ms, 64 in flight): batches of 32 rows spent most of the
-    CPU on per-batch Ray Data and actor-call overhead; 256-row batches cut the stages' CPU by about 40%.
+    knobs only have to keep enough work queued in front of them. Batches are large (up to 256 rows):
+    small ones spend most of the CPU on per-batch Ray Data and actor-call overhead (measured:
+    docs/benchmarks.md).
 
     Attributes:
         ingest_parallelism: samples ingested at once (each sample's Adds stay sequential); the Ingest
@@ -69,14 +69,10 @@ class PipelineOptions:
 
         - with Answer and Judge behind Ingest, that wait is the pipeline's. Tasks take up to 8 samples
           and no more than ``n_samples // (2 * ingest_parallelism)``, so the tasks outnumber twice the
-          samples in progress (synthetic LoCoMo x10 end to end, 100 samples: 1.16 x the lower bound at 3
-          a task, 1.32 x at 8);
+          samples in progress (8 a task measured slower end to end: docs/benchmarks.md);
         - a retrieval-only run has nothing behind Ingest: its tasks take up to 8 samples, and there are
-          at least 8 tasks (``n_samples // 8`` a task). Measured with ``scripts/bench_pipeline.py
-          --pipeline retrieval`` (10,000 Searches over 100 samples, 20 ms, 64 in flight, 2 cores, 4
-          interleaved pairs): 2,842-2,940 Searches/s at 8 a task against 2,634-2,893 at 3, and the
-          pipeline's processes other than the participant client used 0.34-0.42 of a core during the
-          Searches against 0.40-0.52.
+          at least 8 tasks (``n_samples // 8`` a task): measured faster than 3 a task, and lighter on the
+          cores the participant client shares (docs/benchmarks.md).
 
         A task's samples run at once; the actor holds at most ``ingest_parallelism`` samples in
         progress across its tasks (:class:`aml_ray.stages.IngestStage` ``samples_at_once``), and runs
@@ -112,8 +108,8 @@ class PipelineOptions:
 
         Rows taken in by a model stage wait in the endpoint's FIFO semaphore; if the stage takes in
         far more than the endpoint serves at once, every task's last rows queue behind all the others
-        and no task finishes until nearly all do (measured: the first Judge 12 s after the first
-        Answer at 1,540 questions). About four rounds of the endpoint's concurrency are enough to keep
+        and no task finishes until nearly all do (measured: the first Judge long after the first
+        Answer; docs/benchmarks.md). About four rounds of the endpoint's concurrency are enough to keep
         it busy between tasks. Offline stages are CPU work: ``batches_in_flight``.
         """
         if endpoint.offline:

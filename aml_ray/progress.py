@@ -60,10 +60,9 @@ class ProgressTracker:
 class ProgressBuffer:
     """A stage actor's progress reports, sent to the :class:`ProgressTracker` in one call at a time.
 
-    Each fire-and-forget actor call costs Ray's task machinery in the caller and in the tracker. Measured
-    in ``scripts/bench_pipeline.py --pipeline retrieval`` (2 cores): the Ingest actor's two calls per
-    sample were 9-17% of its Python time (py-spy ``--gil``) and the tracker used 0.04-0.08 of a core,
-    on the cores the participant client times its Searches on. Reports are kept here and sent as one
+    Each fire-and-forget actor call costs Ray's task machinery in the caller and in the tracker, on the
+    cores the participant client times its Searches on (a call per report measured a noticeable share of
+    the Ingest actor's time: docs/benchmarks.md). Reports are kept here and sent as one
     :meth:`ProgressTracker.update` when ``interval_s`` has passed since the last one, or on
     :meth:`flush` (the stage flushes at the end of each task, errors included). The display is at most
     ``interval_s`` or one task behind.

@@ -144,9 +144,8 @@ def _quiet_ray_data() -> None:
     ctx.enable_progress_bars = False  # the CLI shows its own per-stage progress
     ctx.print_on_execution_start = False
     # No per-task memory poll: Ray Data starts a thread in every map task that reads the process's memory
-    # (psutil) for its per-task max-USS statistic, which nothing here reads. Measured with
-    # scripts/bench_pipeline.py --pipeline retrieval, 5 interleaved pairs on 2 cores: Search throughput
-    # higher with the poll off in 4 of 5 pairs (median difference +44 req/s, about 2%).
+    # (psutil) for its per-task max-USS statistic, which nothing here reads (measured faster without:
+    # docs/benchmarks.md).
     ctx.memory_usage_poll_interval_s = None
 
 
@@ -262,14 +261,10 @@ def disable_transparent_huge_pages() -> bool:
     (``MADV_HUGEPAGE``) and returns freed pages to it about 10 ms later; the next Arrow allocation then
     faults in a fresh 2 MiB page, which the kernel zeroes whole, however little of it is used. A stage
     actor writes an Arrow IPC stream for every block it returns (:func:`use_arrow_ipc_serialization`),
-    a few every second, so it paid that again and again: ``perf`` put 29% of the Ingest actor's CPU in
-    the kernel's ``clear_page_erms`` under ``do_huge_pmd_anonymous_page``, called from
-    ``arrow::ipc`` writes in ``store_task_outputs`` (``scripts/bench_pipeline.py --pipeline retrieval``,
-    2 cores, THP in ``madvise`` mode). With 4 KiB pages only the touched pages are faulted in.
-    Measured: 12 threads writing 300-row question blocks 30 ms apart, 1.15 / 0.62 ms of CPU a write
-    with huge pages and 0.33 / 0.28 ms without (pyarrow's jemalloc pool: 0.38 / 0.30 ms); in the
-    retrieval bench (4 interleaved pairs of runs) the Ingest actor used 0.28-0.30 cores during the
-    Searches without, against 0.33-0.36 with.
+    a few every second, so it paid that again and again (``perf``: the kernel's ``clear_page_erms``
+    under ``do_huge_pmd_anonymous_page``, from ``arrow::ipc`` writes in ``store_task_outputs``). With
+    4 KiB pages only the touched pages are faulted in: measured cheaper per write, and less of a core
+    for the Ingest actor (docs/benchmarks.md).
 
     Returns:
         True when THP is now off for this process; False where the call is not available (not Linux,
@@ -297,16 +292,14 @@ def tune_actor_gc() -> bool:
     ``visit_reachable``). ``gc.freeze()`` moves the objects alive after start-up to a generation the
     collector never traverses, and :data:`ACTOR_GC_THRESHOLDS` collect the young generation every
     20,000 allocations. Objects freed by reference counting (nearly all of them) are freed at once as
-    before; only garbage cycles wait longer. Measured (a ``ParticipantClient`` actor, 10,000 Searches
-    at 20 ms and 64 in flight, 2 cores): 0.48-0.50 ms of actor CPU per Search with the defaults,
-    0.44 with the freeze alone, 0.37-0.39 with both (the same client in a plain process: 0.36-0.39).
+    before; only garbage cycles wait longer. Measured: the actor's CPU per Search down to what the same
+    client needs in a plain process (docs/benchmarks.md).
 
     Before freezing, it makes pyarrow load its pandas shim: the first ``Table.from_pydict`` or
-    ``from_pylist`` of a process with pandas installed (Ray Data needs it) imports pandas, about 0.3 s
-    of CPU on this 2-core machine. Done here, that is spent while the actor starts and its objects are
-    frozen too, instead of on the first request: in ``scripts/bench_pipeline.py --pipeline retrieval``,
-    the ``ParticipantClient``'s first ``search_table`` imported pandas while the first Searches were in
-    flight (py-spy: 9% of the actor's samples in its first seconds).
+    ``from_pylist`` of a process with pandas installed (Ray Data needs it) imports pandas, a fraction of a
+    second of CPU. Done here, that is spent while the actor starts and its objects are frozen too,
+    instead of while the first Searches are in flight (the ``ParticipantClient``'s first
+    ``search_table`` did it then: docs/benchmarks.md).
 
     Called by :func:`tune_actor_process`. Does nothing outside a Ray actor: a driver or a test process
     keeps its own settings.
@@ -334,9 +327,8 @@ def undo_worker_niceness() -> bool:
     Ray starts every worker process at nice 15 (``RAY_worker_niceness``), so that its driver and raylet
     stay responsive. The actors that time a participant's or a model's calls (``ParticipantClient``,
     ``ModelClient``) then lose the CPU to any nice-0 process on their core, and the latencies they record
-    are partly the scheduler's. Measured with ``scripts/bench_pipeline.py --pipeline retrieval`` on 2 cores,
-    20 ms participant latency: Search p95 as the client saw it 47-52 ms at nice 15, and 34-37 ms at nice 0;
-    throughput 1,940-2,060 against 2,160-2,240 req/s. Linux niceness is per thread, so every thread is
+    are partly the scheduler's (measured: a higher Search p95 and a lower rate at nice 15;
+    docs/benchmarks.md). Linux niceness is per thread, so every thread is
     set, and threads started later inherit it. The stage actors keep Ray's niceness: their work is
     throughput, not timing.
 
@@ -381,10 +373,9 @@ def use_arrow_ipc_serialization() -> None:
     Ray 2.60 pickles a ``pyarrow.Table`` column by column (``ray._private.arrow_serialization``, a
     workaround for ARROW-10739: pickling a sliced array carries the whole buffer) and runs several
     Arrow compute calls per array; a question-evidence block has about 60 arrays with the nested
-    memories. Measured on 2 cores for a 100-row block of :data:`aml_ray.evidence.QUESTION_SCHEMA` with
-    10 memories a row: 6.9 ms to serialize that way, 0.14 ms as one IPC stream (which writes only a
-    slice's own rows, so the bug stays worked around), and 0.8 / 0.15 ms to read back. Every block a
-    stage returns pays this once, on the path each question takes.
+    memories. One IPC stream measured far cheaper to write and to read back (docs/benchmarks.md), and it
+    writes only a slice's own rows, so the bug stays worked around. Every block a stage returns pays
+    this once, on the path each question takes.
 
     Uses Ray's public ``ray.util.register_serializer``, which applies to the calling process only: the
     driver (:func:`aml_ray.pipeline.run_pipeline`) and each stage actor (their constructors) call it.

@@ -66,7 +66,7 @@ def min_tokens(text: str) -> int:
 def _count(text: str, model: str) -> int:
     # A participant returns the same memories to many questions of one user (LoCoMo with the reference
     # system: each of a sample's ~40 chunks comes back to most of its ~200 questions), and encoding is
-    # about 10 us per 100-character memory, the Answer stage's largest cost per question (measured);
+    # the Answer stage's largest cost per question (measured: docs/benchmarks.md);
     # 4,096 entries hold every memory of the samples in flight.
     return _count_pieces(text, model)
 

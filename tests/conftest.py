@@ -48,7 +48,7 @@ def locomo_file() -> Path:
 
 @pytest.fixture(scope="session")
 def ray_session(tmp_path_factory) -> Iterator[None]:
-    """Ray, started once per test session with 2 CPUs (RAY_NOTES.md: one ray.init per session)."""
+    """Ray, started once per test session with 2 CPUs (docs/ray-notes.md: one ray.init per session)."""
     import ray
 
     from aml_ray.ray_runtime import init_ray

@@ -12,9 +12,8 @@ Priorities: a request may be asked for with a ``priority`` (lower is sooner; def
 goes to the most urgent priority with a waiting request, round-robin across jobs within it. The
 participant client (:class:`aml_ray.actors.participant.ParticipantClient`) asks for Adds before
 Searches: a sample's Adds gate all of its Searches, and behind a FIFO of a thousand queued Searches a
-new sample's Add waited until the queue drained, so the Search queue ran dry every ~0.75 s while the
-next samples' Adds finished (measured in ``scripts/bench_pipeline.py``: 10,000 Searches, 100 samples,
-20 ms, 64 in flight; in-flight fell to ~59 of 64 in every such gap).
+new sample's Add waited until the queue drained, so the Search queue ran dry while the next samples'
+Adds finished (measured: docs/benchmarks.md).
 
 :class:`FairQueue` is that order on its own (items in, the next item out); :class:`FairSlots` grants
 slots in it (the model clients), and the participant client's senders take requests from it

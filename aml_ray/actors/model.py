@@ -10,9 +10,9 @@ Uses the openai SDK with its aiohttp transport (``DefaultAioHttpClient``), tempe
 platform's bounded retry policy on 408/409/429/5xx and transport errors, honouring Retry-After. The call
 goes through the SDK's documented ``client.post`` with the body as JSON and the reply read as bytes, not
 ``chat.completions.create``: the SDK's own errors, auth and base URL, without its per-call transform of
-the typed parameters and construction of the response models. Measured against a loopback model
-server (2 cores, 32 in flight): 3.3-3.5 ms of client CPU per call with ``create``, 1.8 ms this way; on
-2 cores that CPU was what held the answer and judge rates below the endpoints' limits.
+the typed parameters and construction of the response models, which nearly doubled the client's CPU
+per call; on 2 cores that CPU held the answer and judge rates below the endpoints' limits (measured:
+docs/benchmarks.md).
 Limits: max in-flight requests (fair slots), requests/minute and tokens/minute (aiolimiter buckets; the
 token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate

@@ -10,12 +10,9 @@ time, taken from a :class:`aml_ray.actors.fair.FairQueue` where Adds go before S
 ``requests_per_s`` is held by an aiolimiter bucket in front of each send. A batch of Searches is queued
 at once and its replies are checked without a task per Search (:class:`_SearchBatch`).
 
-Transport: aiohttp's client directly. Against one loopback server at 20 ms latency and 64 in flight,
-httpx's own transport did 124-167 req/s, httpx over the aiohttp transport (``httpx-aiohttp``) 1,415 and
-plain aiohttp 1,995-2,749 (RAY_NOTES.md). In ``scripts/bench_pipeline.py`` a plain loop of 10,000
-Searches used 2.7-3.0 s of client CPU with httpx over the aiohttp transport and 0.9-1.1 s with aiohttp
-(similar req/s when the CPU is free; on 2 cores shared with the pipeline's other processes the CPU is
-what runs out), so the hot path speaks aiohttp. It also builds a tenacity retry loop only when the
+Transport: aiohttp's client directly: of the HTTP clients measured against a loopback participant it
+had the highest rate and the least CPU per request, and on 2 cores shared with the pipeline's other
+processes the CPU is what runs out (docs/benchmarks.md, "HTTP client"), so the hot path speaks aiohttp. It also builds a tenacity retry loop only when the
 first attempt failed (the loop then replays that failure, so attempts, waits and Retry-After are
 unchanged).
 """
@@ -179,8 +176,8 @@ class ParticipantClient:
         self._queue: FairQueue[tuple[URL, bytes, asyncio.Future]] | None = None  # attempts waiting to be sent
         self._senders: list[asyncio.Task] = []  # max_in_flight tasks, each sends one attempt at a time
         self._limiter: AsyncLimiter | None = None
-        # endpoint -> its parsed URL: aiohttp parses a str URL on every request (measured against the loopback
-        # participant, 20,000 POSTs at 64 in flight: 15-20 us less client CPU per request with a URL object)
+        # endpoint -> its parsed URL: aiohttp parses a str URL on every request (a URL object measured
+        # cheaper: docs/benchmarks.md)
         self._targets: dict[str, URL] = {}
         self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
@@ -220,9 +217,8 @@ class ParticipantClient:
         """One of ``max_in_flight`` tasks: take the next attempt from the queue, send it, hand back the reply.
 
         Why senders and not a semaphore around each request: a freed semaphore slot wakes a waiting task,
-        which sends on a later turn of the event loop (measured in the retrieval run of
-        ``scripts/bench_pipeline.py``: 1.5 ms on average from grant to send, about 5% of each slot's
-        20 ms cycle on a busy 2-core machine), whereas a sender whose reply has arrived sends the next
+        which sends on a later turn of the event loop (measured: a few percent of each slot's cycle lost
+        between grant and send; docs/benchmarks.md), whereas a sender whose reply has arrived sends the next
         queued attempt in the same step, as a plain client loop does. The queue gives Adds before
         Searches (:class:`aml_ray.actors.fair.FairQueue`): a sample's Adds gate all of its Searches.
         """
@@ -499,11 +495,8 @@ class ParticipantClient:
         """Adds of one sample, in order, in one plain actor call; their outcomes as a list, in order.
 
         Every request is validated before the first is sent. The pipeline's Ingest stage sends a
-        segment of one Add this way (:meth:`add_stream` for more): a Ray streaming call cost the client
-        actor about 3 ms more CPU than a plain one for a single Add. Measured against the loopback
-        participant on 2 cores (20 ms, 64 in flight; 100 samples each of one Add then 100 Searches,
-        16 samples at once, 4 interleaved rounds): 244-280 us of actor CPU per Search with a stream
-        per Add, 202-268 us with this call, 226-265 us with no Add at all.
+        segment of one Add this way (:meth:`add_stream` for more): a Ray streaming call costs the client
+        actor more CPU than a plain one for a single Add (measured: docs/benchmarks.md).
 
         Args:
             requests: AddRequest dicts, in order.
@@ -590,9 +583,8 @@ class _SearchBatch:
     """One :meth:`ParticipantClient.search_many` call: its Searches queued at once, each reply checked without a task of its own.
 
     Why not a task per Search awaiting its reply: each such task costs its creation, a wake-up when the
-    reply arrives and the gather's bookkeeping. Measured with the HTTP session replaced by one that answers
-    at once (so only the client's own work is timed; 20,000 Searches in 100 batches): 36 us of CPU per
-    Search with a task each, 25.5 us this way (the HTTP exchange itself costs about 150 us). Here each
+    reply arrives and the gather's bookkeeping: close to a third of the client's own CPU per Search
+    (measured: docs/benchmarks.md). Here each
     queued attempt carries a :class:`_BatchReply` in place of a future; the sender hands it the reply,
     which is checked and turned into the Search's outcome on the loop's next turn. Only a failed first
     attempt starts a task, which runs :meth:`ParticipantClient._retry` (the same retry policy,
@@ -701,9 +693,8 @@ class _BatchReply:
         return self.batch.finished.done()
 
     def set_result(self, reply: tuple[int, bytes, str | None, float]) -> None:
-        # checked on the loop's next turn: the sender first sends the next queued attempt (measured in-process,
-        # 20,000 Searches at 20 ms and 64 in flight, four runs each: 2,654-2,681 req/s against 2,564-2,614
-        # when checked here)
+        # checked on the loop's next turn: the sender first sends the next queued attempt (measured faster
+        # than checking here: docs/benchmarks.md)
         asyncio.get_running_loop().call_soon(self.batch.replied, self.index, *reply)
 
     def set_exception(self, exc: BaseException) -> None:

@@ -20,7 +20,7 @@ ROUTE_PREFIX = "/"
 
 
 #: Requests the replica takes at once. Serve's default (5) made the router back off and retry under a
-#: burst of 32 concurrent reads: throughput fell to about 10 req/s (scripts/drill_load.py). The FastAPI
+#: burst of 32 concurrent reads, and throughput collapsed (scripts/drill_load.py; docs/benchmarks.md). The FastAPI
 #: app queues work on its own thread pool, so the replica accepts as many as that pool runs.
 MAX_ONGOING_REQUESTS = 64
 

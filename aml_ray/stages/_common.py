@@ -89,8 +89,8 @@ def table_with(rows: list[dict[str, Any]], batch: pa.Table, kept: tuple[str, ...
     """Question rows -> a ``QUESTION_SCHEMA`` table whose ``kept`` columns are ``batch``'s own Arrow data.
 
     A stage that does not change a heavy column (the memories: Answer reads them, Judge does not even
-    read them) leaves it out of the Python round trip: measured, the memories are about 8 of the 27 us
-    per question that a whole-row ``to_pylist`` plus ``from_pylist`` costs.
+    read them) leaves it out of the Python round trip: the memories measured close to a third of what a
+    whole-row ``to_pylist`` plus ``from_pylist`` costs (docs/benchmarks.md).
 
     Args:
         rows: the batch's rows, in order, as dicts (the ``kept`` keys may be present; they are ignored; a

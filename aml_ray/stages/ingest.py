@@ -2,10 +2,9 @@
 
 A sample's questions are searched as soon as its Adds are done, by the same task (DESIGN.md: "a
 sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call,
-and leave this stage searched. Search is not a Ray Data operator of its own: measured with
-``scripts/bench_pipeline.py``, a separate Search stage cost about 0.15 ms of CPU per question (a second
-copy of every row through the object store and an actor) and an actor start, on a path where the
-participant's latency should be the only cost.
+and leave this stage searched. Search is not a Ray Data operator of its own: a separate Search stage
+cost CPU per question (a second copy of every row through the object store and an actor) and an actor
+start (measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
 
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
 only the others are sent. A sample whose Parquet evidence exists sends no Add at all. The journals become
@@ -126,7 +125,7 @@ class IngestStage:
         Several Adds go in one streaming call (:meth:`~aml_ray.actors.participant.ParticipantClient.add_stream`),
         so each is journalled as soon as it returned; a single Add goes in a plain call
         (:meth:`~aml_ray.actors.participant.ParticipantClient.add_sample`), which journals it just as
-        soon and costs the client actor about 3 ms less CPU (measured there).
+        soon and costs the client actor less CPU (measured: docs/benchmarks.md).
         """
         if not adds:
             return
@@ -265,13 +264,12 @@ class IngestFromFiles(IngestStage):
     (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask. Ray Data's
     ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
     that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
-    0.1 each: RAY_NOTES.md, and the ds.repartition stall noted in :func:`aml_ray.pipeline.run_pipeline`); measured with
-    ``scripts/bench_pipeline.py --mode e2e --scale 1 --offline-models`` (one run), it added two worker processes and
-    about 230 MiB to the Ray processes' PSS. Arguments as IngestStage's.
+    0.1 each: docs/ray-notes.md, and the ds.repartition stall noted in :func:`aml_ray.pipeline.run_pipeline`); it
+    added two worker processes and their memory (measured: docs/benchmarks.md). Arguments as IngestStage's.
 
     It lives here, not in :mod:`aml_ray.pipeline`: a Ray worker imports the module of the class it runs,
-    and the pipeline module pulls in the model clients (the openai SDK) and polars, about 2 s of CPU
-    per worker start on 2 cores that the first Searches would share.
+    and the pipeline module pulls in the model clients (the openai SDK) and polars, seconds of CPU per
+    worker start on 2 cores that the first Searches would share.
     """
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
