@@ -12,6 +12,14 @@ Where dataset files live is one setting: :func:`datasets_dir` (``--datasets-dir`
 the layout of ``shared/datasets`` (``locomo/locomo10.json``, ``longmemeval/...``, ``beam/100K/...``), so
 ``AML_DATASETS_DIR=../shared/datasets`` works as is.
 
+Secondary metrics (reported beside a dataset's score, never in Overall): ``task_averages`` (the
+unweighted mean of some categories' accuracies) and ``subsets`` (the accuracy of the questions whose id
+holds a marker), both computed by :func:`secondary_metrics`. Judge protocol: a bundle names the
+protocol of its judge prompt (``judge_protocol``, default ``aml-ray``; :mod:`aml_ray.scoring.judge_protocols`),
+so a suite can run a benchmark's own judge wording and reading (e.g. ``longmemeval-upstream``) to
+reproduce published numbers; the run records it (run.json ``bundle.judge_protocol``) and a judge model
+other than the protocol's is a deviation.
+
 Refusals (DESIGN.md "Dataset bundles"): a bundle file whose sha256 differs from its pin raises
 :class:`~aml_ray.datasets.fetch.DatasetHashMismatch`; a pinned file whose questions per category differ
 from the suite's (an adapter that drifted) raises :class:`DatasetCountMismatch`. Both messages name the
@@ -153,10 +161,33 @@ class ExpectedQuestions(_Strict):
 
 
 class TaskAverage(_Strict):
-    """A secondary metric: the unweighted mean of some categories' accuracies (e.g. LongMemEval's)."""
+    """A secondary metric: the unweighted mean of some categories' accuracies (e.g. LongMemEval's).
+
+    Attributes:
+        name: the metric's name in tables and suite.json.
+        categories: the categories averaged (those absent from a run are left out; none present: None).
+        source: where the rule comes from.
+    """
 
     name: str
     categories: list[str] = Field(min_length=1)
+    source: str
+
+
+class QuestionSubset(_Strict):
+    """A secondary metric: the accuracy (mean credit, errors 0) over the questions whose id holds a marker.
+
+    Example: LongMemEval's abstention accuracy, the questions whose id holds ``"_abs"`` (upstream
+    ``src/evaluation/print_qa_metrics.py``: ``if '_abs' in entry['question_id']``).
+
+    Attributes:
+        name: the metric's name in tables and suite.json.
+        question_id_contains: the marker (a plain substring, case-sensitive).
+        source: where the rule comes from.
+    """
+
+    name: str
+    question_id_contains: str = Field(min_length=1)
     source: str
 
 
@@ -185,6 +216,11 @@ class Bundle(_Strict):
             pinned yet).
         scorer: the scoring contract (:mod:`aml_ray.stages.scorers`), as the registry declares it.
         task_averages: secondary metrics reported next to the dataset's accuracy.
+        subsets: secondary metrics over the questions whose id holds a marker (e.g. abstention).
+        judge_protocol: the judge protocol of ``prompts["judge"]`` (:data:`aml_ray.scoring.judge_protocols.PROTOCOLS`;
+            default ``aml-ray``, the platform's own). A protocol with a prompt of its own (e.g.
+            ``longmemeval-upstream`` -> ``longmemeval_judge_upstream``) requires that judge prompt, and
+            one written for a scorer requires that scorer.
         substitute_for: this bundle runs only when the named bundle is absent, and stands in for it in
             Overall (flagged in the tables).
         operator_inputs: files the operator must supply (unpublished parts), described.
@@ -202,6 +238,8 @@ class Bundle(_Strict):
     prompts: dict[Literal["answer", "judge"], PromptPin]
     scorer: str
     task_averages: list[TaskAverage] = Field(default_factory=list)
+    subsets: list[QuestionSubset] = Field(default_factory=list)
+    judge_protocol: str = "aml-ray"
     substitute_for: str | None = None
     operator_inputs: list[str] = Field(default_factory=list)
     notes: str = ""
@@ -210,6 +248,29 @@ class Bundle(_Strict):
     @classmethod
     def _check_path(cls, v: str) -> str:
         return _relative_posix(v)
+
+    @model_validator(mode="after")
+    def _protocol(self) -> Bundle:
+        from aml_ray.scoring.judge_protocols import PROTOCOLS
+
+        protocol = PROTOCOLS.get(self.judge_protocol)
+        if protocol is None:
+            raise ValueError(f"judge_protocol {self.judge_protocol!r} is unknown; known: {sorted(PROTOCOLS)}")
+        judge = self.prompts.get("judge")
+        if protocol.prompt is not None and (judge is None or judge.name != protocol.prompt):
+            raise ValueError(f"judge_protocol {protocol.name!r} needs the judge prompt {protocol.prompt!r}, "
+                             f"the bundle has {judge.name if judge else None!r}")
+        if protocol.scorer is not None and protocol.scorer != self.scorer:
+            raise ValueError(f"judge_protocol {protocol.name!r} is for the {protocol.scorer!r} scorer, "
+                             f"the bundle's is {self.scorer!r}")
+        return self
+
+    @property
+    def judge_protocol_label(self) -> str:
+        """One line naming the bundle's judge protocol, for run.json and table captions."""
+        from aml_ray.scoring.judge_protocols import get_protocol
+
+        return f"judge protocol {self.judge_protocol}: {get_protocol(self.judge_protocol).label}"
 
     @property
     def pinned(self) -> bool:
@@ -551,7 +612,8 @@ def verify_loaded_bundle(dataset: str, data_path: str | os.PathLike[str], sample
 
     Returns:
         What to record in run.json: ``{"suite", "suite_version", "bundle", "pinned", "files_match",
-        "counts_checked", "counts"}``; ``{"bundle": None}`` for a dataset the suite does not list.
+        "counts_checked", "counts", "judge_protocol": {"name", "label"}}``; ``{"bundle": None}`` for a
+        dataset the suite does not list.
 
     Raises:
         DatasetCountMismatch: when checked and the counts differ.
@@ -568,7 +630,54 @@ def verify_loaded_bundle(dataset: str, data_path: str | os.PathLike[str], sample
     checked = not allow_hash_mismatch and (files_match or not bundle.pinned)
     counts = check_counts(bundle, samples, data_path) if checked else question_counts(samples)
     return {"suite": s.name, "suite_version": s.version, "bundle": bundle.name, "pinned": bundle.pinned,
-            "files_match": files_match, "counts_checked": checked, "counts": counts}
+            "files_match": files_match, "counts_checked": checked, "counts": counts,
+            "judge_protocol": {"name": bundle.judge_protocol, "label": bundle.judge_protocol_label}}
+
+
+def secondary_metrics(bundle: Bundle, questions) -> dict[str, float | None]:
+    """A bundle's secondary metrics from its run's question rows: task averages, then subsets.
+
+    Rules: each task average is the unweighted mean of the accuracies (:func:`aml_ray.scoring.aggregate`:
+    mean credit over non-excluded questions, errors 0) of its categories present in the run; each subset
+    is the accuracy of the non-excluded questions whose id holds its marker. None when nothing applies.
+
+    Examples:
+        >>> import polars as pl
+        >>> b = load_suite().bundle("longmemeval_oracle")
+        >>> rows = pl.DataFrame({"dataset": ["lme"] * 3, "question_id": ["a", "b_abs", "c"],
+        ...     "category": ["multi-session", "multi-session", "knowledge-update"], "excluded": [False] * 3,
+        ...     "status": ["scored"] * 3, "verdict": ["CORRECT", "WRONG", "CORRECT"], "f1": [None] * 3,
+        ...     "bleu1": [None] * 3})
+        >>> secondary_metrics(b, rows)
+        {'task-averaged accuracy': 0.75, 'abstention accuracy': 0.0}
+
+    Args:
+        bundle: the bundle whose ``task_averages`` and ``subsets`` to compute.
+        questions: the run's question rows (polars), with ``question_id`` and the columns
+            :func:`aml_ray.scoring.aggregate` reads (``dataset`` is added when absent).
+
+    Returns:
+        ``{metric name: value in [0, 1] or None}``, in suite order.
+
+    Raises:
+        ValueError: a column :func:`aml_ray.scoring.aggregate` needs is missing.
+    """
+    import polars as pl
+
+    from aml_ray.scoring import aggregate
+
+    if "dataset" not in questions.columns:
+        questions = questions.with_columns(pl.lit(bundle.dataset).alias("dataset"))
+    accuracy = {r["category"]: r["accuracy"] for r in aggregate(questions).to_dicts()}
+    out: dict[str, float | None] = {}
+    for avg in bundle.task_averages:
+        values = [accuracy[c] for c in avg.categories if accuracy.get(c) is not None]
+        out[avg.name] = sum(values) / len(values) if values else None
+    for sub in bundle.subsets:
+        rows = questions.filter(pl.col("question_id").str.contains(sub.question_id_contains, literal=True))
+        overall = aggregate(rows).filter(pl.col("category") == "overall")["accuracy"].to_list()
+        out[sub.name] = overall[0] if overall else None
+    return out
 
 
 def release_baseline(suite: Suite | str = DEFAULT_SUITE) -> dict[str, Any]:
@@ -577,7 +686,7 @@ def release_baseline(suite: Suite | str = DEFAULT_SUITE) -> dict[str, Any]:
     Returns:
         ``{"suite", "version", "top_k", "models", "context_budget_tokens", "judge_runs", "aggregation",
         "bundles": {name: {"dataset", "files": {path: sha256}, "questions", "prompts": {role: sha256},
-        "scorer"}}}``.
+        "scorer", "judge_protocol"}}}``.
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
     return {
@@ -587,7 +696,7 @@ def release_baseline(suite: Suite | str = DEFAULT_SUITE) -> dict[str, Any]:
         "bundles": {b.name: {"dataset": b.dataset, "files": {f.path: f.sha256 for f in b.files},
                              "questions": b.expected.model_dump(exclude={"source"}),
                              "prompts": {role: {"name": p.name, "sha256": p.sha256} for role, p in b.prompts.items()},
-                             "scorer": b.scorer} for b in s.bundles},
+                             "scorer": b.scorer, "judge_protocol": b.judge_protocol} for b in s.bundles},
     }
 
 
@@ -601,8 +710,11 @@ def baseline_deviations(suite: Suite, bundle: Bundle, run_info: dict[str, Any]) 
 
     Returns:
         One short sentence per difference: models, offline models, Top K, context budget, judge runs,
-        prompts, dataset hash or counts, a sample limit.
+        prompts, dataset hash or counts, a sample limit; and, for a bundle whose judge protocol names
+        upstream's judge model, a run judged by another model (it does not reproduce upstream's numbers).
     """
+    from aml_ray.scoring.judge_protocols import get_protocol
+
     out = []
     models = run_info.get("models", {})
     for role in ("answer", "judge"):
@@ -610,6 +722,11 @@ def baseline_deviations(suite: Suite, bundle: Bundle, run_info: dict[str, Any]) 
         want = getattr(suite.models, role)
         if got != want:
             out.append(f"{role} model {got!r} is not the suite's {want!r}")
+    protocol = get_protocol(bundle.judge_protocol)
+    judged_by = models.get("judge", {}).get("model")
+    if protocol.judge_model is not None and judged_by != protocol.judge_model:
+        out.append(f"judge protocol {protocol.name!r} is upstream's with judge model {protocol.judge_model!r}; "
+                   f"judged by {judged_by!r}, so not upstream's published setting")
     if run_info.get("top_k") != suite.top_k:
         out.append(f"top_k {run_info.get('top_k')} != {suite.top_k}")
     if run_info.get("context_budget_tokens") != suite.context_budget_tokens:

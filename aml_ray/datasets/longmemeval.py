@@ -24,14 +24,16 @@ Mapping decisions:
 - The question: ``question_id`` and text unchanged; ``answer`` as text (32 oracle answers are ints);
   ``question_date`` is kept as the source text and goes into the answer prompt as the current date;
   ``evidence`` = ``answer_session_ids`` (audit only).
-- Category: the ``question_type`` (six types), except that a question whose id ends in ``_abs`` is in the
-  ``"abstention"`` category (upstream marks abstention only by that suffix; its judge asks whether the
-  answer correctly refuses). Per-type accuracy in our tables therefore excludes the 30 abstention
-  questions, which are reported on their own row.
+- Category: the ``question_type`` (six types), for abstention questions too, as upstream groups them
+  (``src/evaluation/print_qa_metrics.py`` puts each question in ``type2acc[question_type]``). An
+  abstention question is one whose id holds ``_abs`` (:func:`is_abstention`; upstream's only marker, in
+  ``evaluate_qa.py`` and ``print_qa_metrics.py``): the judge asks whether its answer correctly declines
+  (:mod:`aml_ray.stages.category_judge`), and the suite reports it on its own line too.
 
-Metrics (upstream ``src/evaluation/print_qa_metrics.py``): judge accuracy per category, the
-task-averaged accuracy (unweighted mean over the six question types, declared in the suite file) and
-overall accuracy (micro average).
+Metrics (upstream ``print_qa_metrics.py``): judge accuracy per question type (abstention questions
+included), the task-averaged accuracy (unweighted mean over the six types), overall accuracy (micro
+average over all questions) and abstention accuracy (mean over the ``_abs`` questions); the suite file
+declares the last two secondary metrics (:func:`aml_ray.suite.secondary_metrics`).
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_j
 #: The six upstream question types (MANIFEST.md 3.3), in upstream order.
 QUESTION_TYPES = ("single-session-user", "single-session-assistant", "single-session-preference",
                   "multi-session", "temporal-reasoning", "knowledge-update")
-#: Category of the questions whose id ends in ``_abs`` (upstream's abstention marker).
+#: Name of the abstention questions' judge variant and secondary metric (upstream: ids holding ``_abs``).
 ABSTENTION = "abstention"
-ABSTENTION_SUFFIX = "_abs"
-#: Every category this adapter produces.
-CATEGORIES = QUESTION_TYPES + (ABSTENTION,)
+#: Upstream's abstention marker: ``'_abs' in question_id`` (evaluate_qa.py, print_qa_metrics.py).
+ABSTENTION_MARKER = "_abs"
+#: Every category this adapter produces (abstention questions stay in their type).
+CATEGORIES = QUESTION_TYPES
 
 _DATE = re.compile(r"^(\d{4})/(\d{2})/(\d{2}) \((Mon|Tue|Wed|Thu|Fri|Sat|Sun)\) (\d{2}):(\d{2})$")
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -101,12 +104,22 @@ def parse_longmemeval_date(value: Any, *, question_id: str, field: str, where: W
     return int(dt.timestamp()) * 1000
 
 
+def is_abstention(question_id: str) -> bool:
+    """Whether a question is an abstention question: its id holds ``"_abs"`` (upstream's test).
+
+    Examples:
+        >>> is_abstention("f685340e_abs"), is_abstention("001be529")
+        (True, False)
+    """
+    return ABSTENTION_MARKER in question_id
+
+
 def category_of(question_id: str, question_type: str, where: Where | None = None) -> str:
-    """The category of a question: ``"abstention"`` for ``*_abs`` ids, else its question type.
+    """The category of a question: its question type (an abstention question stays in its type).
 
     Examples:
         >>> category_of("f685340e_abs", "knowledge-update")
-        'abstention'
+        'knowledge-update'
         >>> category_of("001be529", "single-session-user")
         'single-session-user'
 
@@ -116,7 +129,7 @@ def category_of(question_id: str, question_type: str, where: Where | None = None
     if question_type not in QUESTION_TYPES:
         raise (where or Where(f"instance {question_id!r}", "question_type")).error(
             f"unknown question_type {question_type!r}; expected one of {list(QUESTION_TYPES)}")
-    return ABSTENTION if question_id.endswith(ABSTENTION_SUFFIX) else question_type
+    return question_type
 
 
 def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
