@@ -486,6 +486,25 @@ def compare(
         console.print(render_comparison(comparison, category_names=names))
 
 
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR", help="Run directories (or suite run directories); "
+                                               "several are overlaid, one colour each.")],
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("report.html"),
+    title: Annotated[str, typer.Option(help="The report's title.")] = "aml-ray report",
+) -> None:
+    """Write one self-contained HTML file (no CDN, figures inline) with per-category accuracy and its bootstrap
+    intervals, Add and Search latency and context-token histograms (aml_ray.report)."""
+    from aml_ray.evidence import EvidenceError
+    from aml_ray.report import write_report
+
+    try:
+        path = write_report(runs, out, title=title)
+    except (FileNotFoundError, ValueError, EvidenceError) as exc:
+        _fail(str(exc))
+    console.print(f"report written to {path} ({path.stat().st_size / 1024:,.0f} KiB)")
+
+
 from aml_ray.conformance.cli import check_command  # noqa: E402
 app.command("check")(check_command)
 
