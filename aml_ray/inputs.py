@@ -49,10 +49,8 @@ from aml_ray.ids import IdScheme
 #: (``adds_json``) and their metadata (``add_meta_json``: chunk_index, n_words, session_index), each a JSON
 #: text, and the sample's pending, scorable questions (``questions``: structs of
 #: :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`). The questions are Arrow, not JSON, so the Ingest stage
-#: takes them as columns (:func:`sample_questions`) without a dict per question. ``py-spy --gil`` on the
-#: Ingest actor (``scripts/bench_pipeline.py``) put decoding the JSON and converting the dicts back to
-#: Arrow at about 38% of its sampled time, but timed on its own Ingest's data path (file read, Search
-#: items, output table) went only from 0.048-0.052 to 0.044-0.046 ms of CPU per question.
+#: takes them as columns (:func:`sample_questions`) without a dict per question (measured cheaper on the
+#: Ingest actor's data path: docs/benchmarks.md).
 SAMPLE_INPUT_SCHEMA = pa.schema([("sample_id", pa.string()), ("adds_json", pa.string()),
                                  ("add_meta_json", pa.string()), ("questions", pa.list_(QUESTION_INPUT_TYPE))])
 
