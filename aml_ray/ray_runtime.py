@@ -8,12 +8,12 @@ Console (:func:`set_verbose`; ``aml-ray run`` calls it with its ``--verbose`` fl
 log lines off the console, since a user cannot act on them and they read as failures (a ``core_worker.cc``
 error about actor constructor arguments on every run, Ray Data's ``max_errored_blocks`` advice and
 "Exception occurred in user code" when the contract stops a run). The run reports its own errors, and
-``run.json`` and the evidence name each one. Every line kept off the console is still in the session's
-log files (``<RAY_TMPDIR>/session_*/logs``: ``python-core-driver-*.log``, ``ray-data/``):
+``run.json`` and the evidence name each one. What quiet keeps off the console:
 
 - the driver's C++ log lines, which Ray's core worker writes straight to descriptor 2
-  (:func:`_filter_native_stderr`);
-- the ``ray`` Python logger of the driver above critical, and Ray Data's console handler.
+  (:func:`_filter_native_stderr`); they stay in ``<RAY_TMPDIR>/session_*/logs/python-core-driver-*.log``;
+- Ray Data's console handler; its errors stay in the session's ``logs/ray-data/`` files;
+- the driver's ``ray`` Python logger below critical (it writes no file: ``--verbose`` to see it).
 
 Verbose gives Ray's defaults (``ray`` logger at info, Ray Data's console lines, the workers' output).
 Without a call (tests, the service, scripts) the ``ray`` logger prints warnings and Ray Data errors.
