@@ -149,19 +149,18 @@ def retries_by_status(statuses: pl.Series) -> dict[str, int]:
 def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
     """Context tokens, model token usage, cost and the repeated-judging summary for run.json.
 
-    ``judge_runs_summary``: per judging run, accuracy over the non-excluded questions (errors count as
-    wrong); then their mean and sample standard deviation (0 with one run).
+    ``judge_runs_summary``: per judging run, accuracy over the non-excluded questions with the credit the
+    score table gives (partial credit included, errors 0; :func:`aml_ray.scoring.judge_runs.run_credits`:
+    run 1 is the table's accuracy, later runs are read from ``judge_verdicts``); then their mean and
+    sample standard deviation (0 with one run).
     """
+    from aml_ray.scoring.judge_runs import run_credits
+
     scored = questions.filter(~pl.col("excluded"))
     ctx = scored["context_tokens"].drop_nulls()
     costs = scored["cost_usd"].drop_nulls()
-    per_run: list[float] = []
-    if scored.height:
-        runs = scored["judge_verdicts"].to_list()
-        n_runs = max((len(v) for v in runs if v), default=0)
-        for i in range(n_runs):
-            correct = sum(1 for v in runs if v and len(v) > i and v[i] == "CORRECT")
-            per_run.append(correct / scored.height)
+    columns = [c for c in ("excluded", "status", "score", "verdict", "judge_verdicts") if c in scored.columns]
+    per_run = run_credits(scored.select(columns).to_dicts())
     mean = sum(per_run) / len(per_run) if per_run else None
     std = (sum((a - mean) ** 2 for a in per_run) / (len(per_run) - 1)) ** 0.5 if len(per_run) > 1 else 0.0
     return {

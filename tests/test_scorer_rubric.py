@@ -30,6 +30,7 @@ from tests.servers import ThreadServer
 
 FAST = RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05)
 PROMPT = load_prompt("beam_rubric_judge")
+HALF_CREDIT = load_prompt("beam_rubric_judge_half_credit")
 OFFLINE = model_endpoint_from_env("judge", {})
 
 
@@ -66,10 +67,10 @@ ITEM_REPLIES = {
 }
 
 
-async def run(fake, rows, **kw):
+async def run(fake, rows, prompt=PROMPT, **kw):
     client = ModelClient(judge(fake), FAST)
     try:
-        await rubric_rows(rows, endpoint=judge(fake), model=client, prompt=PROMPT, **kw)
+        await rubric_rows(rows, endpoint=judge(fake), model=client, prompt=prompt, **kw)
     finally:
         await client.aclose()
 
@@ -79,18 +80,34 @@ def test_docstring_examples():
     assert result.failed == 0 and result.attempted >= 9
 
 
-async def test_three_items_scored_one_half_zero_give_the_mean(fake):
+async def test_three_items_scored_one_half_zero_give_upstreams_int_mean(fake):
     fake.script = lambda p, n: Reply(ITEM_REPLIES[criterion(p)])
     rows = [row(["full", "half", "none"])]
     await run(fake, rows)
     r = rows[0]
-    assert r["score"] == 0.5 and r["status"] == "scored" and r["verdict"] == "WRONG"
+    assert r["score"] == pytest.approx(1 / 3) and r["status"] == "scored" and r["verdict"] == "WRONG"
     detail = json.loads(r["score_detail"])
-    assert [it["score"] for it in detail["items"]] == [1.0, 0.5, 0.0] and detail["run_scores"] == [0.5]
-    assert r["judge_attempts"] == 3 and len(fake.calls) == 3 and r["judge_verdicts"] == ["WRONG"]
+    assert [it["score"] for it in detail["items"]] == [1.0, 0.5, 0.0]  # what the judge said
+    assert [it["credit"] for it in detail["items"]] == [1.0, 0.0, 0.0]  # int(), as upstream
+    assert detail["credit_rule"] == "upstream_int" and detail["run_scores"] == [pytest.approx(1 / 3)]
+    assert r["judge_attempts"] == 3 and len(fake.calls) == 3 and r["judge_verdicts"] == ["0.333333"]
     assert "QUESTION (what the user asked): When does my first sprint end?" in fake.calls[0]  # filled in
     assert r["f1"] > 0.5 and 0 < r["bleu1"] <= 1  # lexical metrics against the reference answer
     assert "ordering" not in detail
+
+
+async def test_half_credit_prompt_credits_half_an_item_half(fake):
+    fake.script = lambda p, n: Reply(ITEM_REPLIES[criterion(p)])
+    rows = [row(["full", "half", "none"])]
+    await run(fake, rows, prompt=HALF_CREDIT)
+    detail = json.loads(rows[0]["score_detail"])
+    assert rows[0]["score"] == 0.5 and detail["credit_rule"] == "half_credit"
+    assert [it["credit"] for it in detail["items"]] == [1.0, 0.5, 0.0] and rows[0]["judge_verdicts"] == ["0.5"]
+
+
+async def test_a_prompt_of_another_scorers_protocol_is_refused(fake):
+    with pytest.raises(ValueError, match="longmemeval-upstream"):
+        await run(fake, [row(["full"])], prompt=load_prompt("longmemeval_judge_upstream"))
 
 
 async def test_unparsable_item_is_asked_again_then_judge_error_and_kept_in_the_denominator(fake):
@@ -112,13 +129,13 @@ async def test_unparsable_item_is_asked_again_then_judge_error_and_kept_in_the_d
 
 
 async def test_empty_reply_is_asked_again(fake):
-    fake.script = lambda p, n: Reply("") if n == 0 else Reply(ITEM_REPLIES["half"])
-    rows = [row(["half"])]
+    fake.script = lambda p, n: Reply("") if n == 0 else Reply(ITEM_REPLIES["full"])
+    rows = [row(["full"])]
     await run(fake, rows)
-    assert rows[0]["score"] == 0.5 and rows[0]["judge_attempts"] == 2
+    assert rows[0]["score"] == 1.0 and rows[0]["judge_attempts"] == 2
 
 
-async def test_event_ordering_aligns_answer_items_and_reports_tau_times_f1(fake):
+async def test_event_ordering_score_is_tau_times_f1_of_the_aligned_answer(fake):
     def script(prompt: str, n: int) -> Reply:
         if "REFERENCE EVENTS" in prompt:
             assert "1. Core functionality\n2. Transaction error handling\n3. Security and deployment" in prompt
@@ -133,20 +150,23 @@ async def test_event_ordering_aligns_answer_items_and_reports_tau_times_f1(fake)
     await run(fake, rows)
     r = rows[0]
     ordering = json.loads(r["score_detail"])["ordering"]
-    assert r["score"] == 1.0 and r["status"] == "scored"  # the rubric mean stays the score
+    assert r["score"] == pytest.approx(2 / 3) and r["status"] == "scored"  # the ordering score, as upstream
+    assert json.loads(r["score_detail"])["rubric_mean"] == 1.0  # kept for audit
     assert ordering["matches"] == [0, 2, 1] and ordering["answer_items"] == 3  # the blank line is no item
     assert ordering["f1"] == 1.0 and ordering["tau_b"] == pytest.approx(1 / 3)
     assert ordering["final"] == pytest.approx(2 / 3) and ordering["status"] == "ok"
     assert r["judge_attempts"] == 3 + 1
 
 
-async def test_unparsable_alignment_is_reported_without_losing_the_rubric_score(fake):
+async def test_unparsable_alignment_is_a_judge_error_that_keeps_the_rubric_for_audit(fake):
     fake.script = lambda p, n: Reply("They look aligned.") if "REFERENCE EVENTS" in p else Reply(ITEM_REPLIES["full"])
     rows = [row(["a", "b", "c"], answer="x\ny", category="event_ordering")]
     await run(fake, rows, max_parse_retries=1)
-    ordering = json.loads(rows[0]["score_detail"])["ordering"]
-    assert rows[0]["status"] == "scored" and rows[0]["score"] == 1.0
-    assert ordering["status"] == "judge_error" and ordering["attempts"] == 2
+    detail = json.loads(rows[0]["score_detail"])
+    assert rows[0]["status"] == "judge_error" and rows[0]["score"] is None
+    assert rows[0]["judge_error"].startswith("event ordering alignment: no \"matches\" list")
+    assert detail["ordering"]["status"] == "judge_error" and detail["ordering"]["attempts"] == 2
+    assert detail["rubric_mean"] == 1.0
     assert sum(1 for c in fake.calls if "REFERENCE EVENTS" in c) == 2
 
 
@@ -166,7 +186,7 @@ async def test_offline_lexical_stand_in_and_upstream_errors():
             row([], question_id="conv-1:x:q9")]
     await rubric_rows(rows, endpoint=OFFLINE, model=None, prompt=PROMPT)
     assert rows[0]["score"] == 0.5  # token recall 1.0 -> 1.0; recall 0 -> 0.0
-    assert json.loads(rows[1]["score_detail"])["ordering"]["final"] == 1.0
+    assert json.loads(rows[1]["score_detail"])["ordering"]["final"] == 1.0 == rows[1]["score"]
     assert [r["status"] for r in rows] == ["scored", "scored", "search_error", "judge_error"]
     assert rows[3]["judge_error"] == "the question has no rubric items"
 
@@ -230,7 +250,9 @@ def test_ordering_score_cases():
     assert (missing["precision"], missing["recall"]) == pytest.approx((2 / 3, 2 / 3))
     assert missing["final"] == pytest.approx(5 / 6 * 2 / 3)
     assert ordering_score(3, [])["final"] == 0.0  # an empty answer
-    assert ordering_score(1, [0])["final"] == 1.0  # one event: nothing to order
+    one = ordering_score(1, [0])  # one event: nothing to order (upstream NaN)
+    assert one["final"] == 1.0 and one["tau_b"] is None and one["undefined_tau"] == rubric.ONE_ITEM
+    assert ordering_score(3, [])["undefined_tau"] == rubric.NO_ANSWER_ITEM
     with pytest.raises(ValueError, match="distinct indices"):
         ordering_score(3, [0, 0])
 

@@ -1,32 +1,46 @@
-"""Rubric judge (BEAM): an LLM rates every rubric item 1 / 0.5 / 0; the question's score is their mean.
+"""Rubric judge (BEAM): an LLM rates every rubric item 1 / 0.5 / 0; the question's credit follows BEAM's rules.
 
-Source: mohammadtavakoli78/BEAM ``evaluation.py`` (``evaluate_<ability>``: one judge call per rubric item
-with ``unified_llm_judge_base_prompt``, score = sum / number of items; ``event_ordering_score``) and
-``src/prompts.py`` (the 1.0 / 0.5 / 0.0 scale); DESIGN.md "Scoring contracts" (BEAM: rubric judge,
-mean; event ordering adds Kendall tau x F1; an unparsable judge reply is retried a bounded number of
-times, then recorded as ``judge_error`` and kept in the denominator).
+Source: mohammadtavakoli78/BEAM ``evaluation.py`` (read at 5a64c992: ``evaluate_<ability>``, one judge call per
+rubric item with ``unified_llm_judge_base_prompt``, ``score += int(response['score'])`` then / number of
+items for nine abilities, ``float(...)`` for event ordering; ``event_ordering_score``) and ``src/prompts.py``
+(the 1.0 / 0.5 / 0.0 scale); DESIGN.md "Scoring contracts" (an unparsable judge reply is retried a bounded
+number of times, then recorded as ``judge_error`` and kept in the denominator).
 
 Rules:
 
 - Every rubric item is judged on its own (prompt ``mode="item"``); the reply must hold a JSON
-  ``{"score": 1.0 | 0.5 | 0.0}`` (:func:`parse_rubric_score`). Upstream reads most abilities' scores
-  with ``int(...)``, which turns 0.5 into 0; here 0.5 counts as 0.5 for every ability, as the prompt's
-  scale says. Upstream leaves the prompt's ``<question>`` placeholder unfilled; here the question is
-  filled in.
+  ``{"score": 1.0 | 0.5 | 0.0}`` (:func:`parse_rubric_score`). Upstream leaves the prompt's
+  ``<question>`` placeholder unfilled; here the question is filled in.
+- Item credit (:func:`item_credit`), by the credit rule of the judge prompt's protocol
+  (:mod:`aml_ray.scoring.judge_protocols`):
+
+  - ``upstream_int`` (the default, every prompt without a declaration, e.g. ``beam_rubric_judge``): as
+    upstream, ``int(score)`` for the nine abilities other than event ordering, so 0.5 counts 0; event
+    ordering's rubric items keep 0.5 (upstream reads them with ``float``).
+  - ``half_credit`` (the ``beam-half-credit`` protocol, prompt ``beam_rubric_judge_half_credit``: the same
+    wording): every item counts 1 / 0.5 / 0, as the prompt's scale says.
+
+- A question's score: for event ordering (``category == "event_ordering"``), the ordering score
+  ``final`` of :func:`ordering_score` (upstream ``evaluate_event_ordering`` returns it as ``final_score``
+  beside ``llm_judge_score``, and BEAM reports it for that ability); for the nine other abilities, the
+  mean item credit. ``score_detail["rubric_mean"]`` keeps the mean item credit of every question.
+- Event ordering alignment: the answer is split into items (its non-blank lines; upstream splits on
+  ``"\\n"`` and keeps blank lines, which only add false positives); one judge call (prompt
+  ``mode="align"``) maps each answer item to the reference event it describes (the rubric items, in gold
+  order) or to none, each reference used once (upstream asks YES/NO per pair and takes the first match;
+  the result is the same kind of one-to-one alignment); then :func:`ordering_score`.
+- Undefined orderings: with one item in all (one reference event, answered by exactly that event)
+  upstream's ``kendalltau`` is NaN, and so is its score; here ``tau_norm`` is defined as 1.0 (one item is
+  in order) and the score is its F1, 1.0. With no answer item at all ``tau_norm`` is 0.0 (F1 is 0, so
+  the score is 0, as upstream's for a blank reply). ``score_detail["ordering"]["undefined_tau"]`` says
+  which rule applied.
 - An unparsable or empty reply is asked again, bypassing the reply cache, up to ``max_parse_retries``
-  times. A row with any item still unparsed gets ``status="judge_error"`` (score null, so it counts 0
-  and stays in the denominator); the items that did parse are kept in ``score_detail`` for audit.
-- ``score`` = mean of the item scores; ``verdict`` = ``CORRECT`` only for full marks, else ``WRONG``.
-- Event ordering (``category == "event_ordering"``) additionally: the answer is split into items (its
-  non-blank lines; upstream splits on ``"\\n"`` and keeps blank lines, which only add false positives);
-  one judge call (prompt ``mode="align"``) maps each answer item to the reference event it describes
-  (the rubric items, in gold order) or to none, each reference used once (upstream asks YES/NO per pair
-  and takes the first match; the result is the same kind of one-to-one alignment). Then
-  :func:`ordering_score`: precision / recall / F1 of the matched items, Kendall tau-b between the
-  reference and answer rankings over the union of items (unmatched items tied last, as upstream),
-  normalised ``(tau + 1) / 2``, and ``final = tau_norm * F1``. It is reported in
-  ``score_detail["ordering"]``; ``score`` stays the rubric mean. An alignment reply that stays
-  unparsable is recorded there as ``{"status": "judge_error"}`` (count it as 0 when averaging).
+  times. A question whose score needs a reply that stays unparsed (a rubric item of the nine abilities,
+  the alignment of event ordering) gets ``status="judge_error"`` (score null: it counts 0 and stays in
+  the denominator); what did parse is kept in ``score_detail`` for audit.
+- ``verdict`` = ``CORRECT`` only for a score of 1, else ``WRONG``. ``judge_verdicts`` has one entry per
+  judging run: ``CORRECT`` (1), ``WRONG`` (0), ``judge_error``, or the run's partial credit as a decimal
+  string (``"0.625"``), which :func:`aml_ray.scoring.judge_runs.run_credits` reads.
 - Offline (no judge endpoint) a lexical stand-in replaces the model (:func:`lexical_item_score`,
   :func:`lexical_alignment`); it is this project's rule, not BEAM's, and the run says the models were
   offline.
@@ -45,6 +59,7 @@ from typing import Any
 
 from aml_ray.scoring import bleu1, stemmed_tokens, token_f1
 from aml_ray.scoring.judge_parse import ReplyParseError
+from aml_ray.scoring.judge_protocols import protocol_of
 from aml_ray.stages.asking import ask_until_parsed
 from aml_ray.stages.judge import golds_of
 from aml_ray.stages.scorers import register_scorer
@@ -53,8 +68,13 @@ from aml_ray.stages.scorers import register_scorer
 RUBRIC_MAX_TOKENS = 512
 #: The allowed item scores (BEAM's scale).
 ITEM_SCORES = (0.0, 0.5, 1.0)
-#: The BEAM ability whose answers are also scored for order.
+#: The BEAM ability whose answers are scored for order.
 ORDERING_CATEGORY = "event_ordering"
+#: Item credit rules (module docstring); ``upstream_int`` is the default.
+CREDIT_RULES = ("upstream_int", "half_credit")
+#: What ``score_detail["ordering"]["undefined_tau"]`` says when tau-b is undefined.
+ONE_ITEM = "one item: nothing to order (upstream NaN); tau_norm defined as 1.0"
+NO_ANSWER_ITEM = "no answer item: tau_norm defined as 0.0 (F1 is 0)"
 #: Offline stand-in: token recall of a rubric item in the answer for full / half credit.
 LEXICAL_FULL, LEXICAL_HALF = 0.8, 0.4
 #: Offline stand-in: token recall of a reference event in an answer item to count as the same event.
@@ -282,7 +302,7 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
     return (p - q) / denominator if denominator else math.nan
 
 
-def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str, float]:
+def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str, Any]:
     """BEAM's event-ordering score from an alignment (upstream ``event_ordering_score``).
 
     The reference is events ``0 .. n_reference - 1`` in gold order; the answer is its items in answer
@@ -291,14 +311,17 @@ def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str,
     precision, recall, F1 from those. Over the union of items (reference events first, then unmatched
     answer items), each ordering ranks its own items ``1, 2, ...`` and ties every item it lacks at
     ``len(union) + 1``; tau-b between the two rank vectors (:func:`kendall_tau_b`) is normalised to
-    ``(tau + 1) / 2`` and ``final = tau_norm * f1``. Where tau-b is undefined (upstream then returns
-    NaN): a single item has nothing to order (``tau_norm`` 1.0), an empty answer gets 0.0 (its F1 is 0).
+    ``(tau + 1) / 2`` and ``final = tau_norm * f1``. Where tau-b is undefined (upstream's score is then
+    NaN), ``tau_b`` is None and ``undefined_tau`` says the rule used: one item in all is in order
+    (``tau_norm`` 1.0, :data:`ONE_ITEM`); an answer with no item gets ``tau_norm`` 0.0 (:data:`NO_ANSWER_ITEM`).
 
     Examples:
         >>> ordering_score(3, [0, 2, 1])["final"]  # all three events, one adjacent pair swapped
         0.6666666666666666
         >>> round(ordering_score(3, [0, 1, None])["final"], 4)  # two events in order, one extra item
         0.5556
+        >>> ordering_score(1, [0])["final"], ordering_score(1, [0])["tau_b"]
+        (1.0, None)
 
     Args:
         n_reference: number of reference events (rubric items), >= 1.
@@ -306,7 +329,8 @@ def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str,
             appears at most once.
 
     Returns:
-        ``{precision, recall, f1, tau_b, tau_norm, final}`` (``tau_b`` may be NaN).
+        ``{precision, recall, f1, tau_b, tau_norm, final, undefined_tau}`` (``tau_b`` and ``undefined_tau``
+        None when tau-b is defined), each number in [0, 1] except ``tau_b`` in [-1, 1].
 
     Raises:
         ValueError: ``n_reference < 1``, an index out of range, or an index used twice.
@@ -332,9 +356,34 @@ def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str,
         return [position.get(u, tie) for u in union]
 
     tau = kendall_tau_b(ranks(reference), ranks(system))
-    tau_norm = (tau + 1) / 2 if not math.isnan(tau) else 1.0 if len(union) < 2 else 0.0
-    return {"precision": precision, "recall": recall, "f1": f1, "tau_b": tau, "tau_norm": tau_norm,
-            "final": tau_norm * f1}
+    undefined = None if not math.isnan(tau) else ONE_ITEM if len(union) < 2 else NO_ANSWER_ITEM
+    tau_norm = (tau + 1) / 2 if undefined is None else 1.0 if undefined == ONE_ITEM else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1, "tau_b": None if undefined else tau,
+            "tau_norm": tau_norm, "final": tau_norm * f1, "undefined_tau": undefined}
+
+
+def item_credit(score: float, category: str, rule: str = "upstream_int") -> float:
+    """The credit of one rubric item's score under a credit rule (module docstring).
+
+    Examples:
+        >>> item_credit(0.5, "information_extraction"), item_credit(0.5, "event_ordering")
+        (0.0, 0.5)
+        >>> item_credit(0.5, "information_extraction", "half_credit")
+        0.5
+
+    Args:
+        score: the judge's item score, 1.0, 0.5 or 0.0.
+        category: the question's BEAM ability.
+        rule: one of :data:`CREDIT_RULES`.
+
+    Raises:
+        ValueError: an unknown rule.
+    """
+    if rule not in CREDIT_RULES:
+        raise ValueError(f"unknown credit rule {rule!r}; expected one of {CREDIT_RULES}")
+    if rule == "upstream_int" and category != ORDERING_CATEGORY:
+        return float(int(score))
+    return float(score)
 
 
 def answer_items(answer: str | None) -> list[str]:
@@ -420,7 +469,8 @@ async def judge_rubric_items(rows: list[dict[str, Any]], *, model, prompt, max_p
     return out
 
 
-async def _ordering(rows: list[dict[str, Any]], model, prompt, max_parse_retries: int) -> list[dict[str, Any]]:
+async def _ordering(rows: list[dict[str, Any]], model, prompt, max_parse_retries: int,
+                    use_cache: bool = True) -> list[dict[str, Any]]:
     items = [answer_items(r["answer"]) for r in rows]
     refs = [list(r["rubric"] or []) for r in rows]
     if model is None:
@@ -430,7 +480,7 @@ async def _ordering(rows: list[dict[str, Any]], model, prompt, max_parse_retries
         texts = [prompt.render(mode="align", question=rows[k]["question"], reference_items=refs[k],
                                answer_items=items[k]) for k in ask]
         got = await _ask(model, texts, lambda text, i: parse_alignment(text, len(items[ask[i]]), len(refs[ask[i]])),
-                         prompt.sha256, max_parse_retries, True)
+                         prompt.sha256, max_parse_retries, use_cache)
         aligned = [{"value": [], "error": None, "attempts": 0} for _ in rows]
         for k, res in zip(ask, got):
             aligned[k] = res
@@ -448,32 +498,66 @@ def _mean(scores: list[float]) -> float:
     return sum(scores) / len(scores)
 
 
+def run_verdict(score: float | None) -> str:
+    """One judging run's entry in ``judge_verdicts``: CORRECT (1), WRONG (0), judge_error (None), else the
+    credit as a decimal string.
+
+    Examples:
+        >>> [run_verdict(s) for s in (1.0, 0.0, None, 0.625)]
+        ['CORRECT', 'WRONG', 'judge_error', '0.625']
+    """
+    if score is None:
+        return "judge_error"
+    return "CORRECT" if score == 1.0 else "WRONG" if score == 0.0 else str(round(score, 6))
+
+
+def _run_score(items: list[dict[str, Any]], ordering: dict[str, Any] | None, category: str,
+               rule: str) -> tuple[float | None, float | None, str | None]:
+    """``(score, rubric_mean, error)`` of one question in one judging run."""
+    failed = next((k for k, it in enumerate(items) if it["score"] is None), None)
+    rubric_mean = None if failed is not None else _mean([item_credit(it["score"], category, rule) for it in items])
+    if ordering is not None:
+        if ordering["status"] != "ok":
+            return None, rubric_mean, f"event ordering alignment: {ordering['error']}"
+        return ordering["final"], rubric_mean, None
+    if failed is not None:
+        return None, None, f"rubric item {failed + 1}: {items[failed]['error']}"
+    return rubric_mean, rubric_mean, None
+
+
 @register_scorer("rubric_judge")
 async def rubric_rows(rows: list[dict[str, Any]], *, endpoint, model, prompt, f1_rule: str = "token",
                       max_parse_retries: int = 2, judge_runs: int = 1) -> None:
     """Score question rows with the rubric judge (rules in the module docstring), in place.
 
-    Fills, per the row conventions of :func:`aml_ray.stages.judge.judge_rows`: ``score`` (mean item
-    score), ``verdict`` (CORRECT only for full marks), ``score_detail`` (JSON: ``items`` with each
-    item's score and error, ``run_scores`` with every judging run's mean, and ``ordering`` for event
-    ordering), ``judge_raw`` (JSON list of the first run's replies), ``judge_status``/``judge_error``/
-    ``judge_attempts``/``judge_verdicts``, ``f1``/``bleu1`` and the final ``status``.
+    Fills, per the row conventions of :func:`aml_ray.stages.judge.judge_rows`: ``score`` (the question's
+    credit in [0, 1]), ``verdict`` (CORRECT only for a score of 1), ``score_detail`` (JSON: ``credit_rule``,
+    ``items`` with each item's score, credit and error, ``rubric_mean``, ``run_scores`` with every judging
+    run's score, and ``ordering`` for event ordering), ``judge_raw`` (JSON list of the first run's item
+    replies), ``judge_status``/``judge_error``/``judge_attempts``/``judge_verdicts`` (:func:`run_verdict`),
+    ``f1``/``bleu1`` and the final ``status``.
 
     Args:
         rows: question rows after Answer, each with a non-empty ``rubric``.
         endpoint: the judge endpoint; offline uses the lexical stand-in.
         model: an object with ``async complete_batch(batch, **kw)``; None when offline.
-        prompt: the judge prompt (``beam_rubric_judge``), rendered with ``mode="item"`` / ``"align"``.
+        prompt: the judge prompt (``beam_rubric_judge``, or ``beam_rubric_judge_half_credit`` for the
+            ``half_credit`` rule), rendered with ``mode="item"`` / ``"align"``.
         f1_rule: accepted for the scorer signature; the lexical F1 is always the token F1.
         max_parse_retries: extra asks after an unparsable or empty reply.
-        judge_runs: how many times every item is judged (runs after the first bypass the cache); the
-            first run gives ``score``, every run's mean goes to ``score_detail["run_scores"]``.
+        judge_runs: how many times every item (and every alignment) is judged; runs after the first
+            bypass the cache; the first run gives ``score``.
 
     Raises:
-        ValueError: ``judge_runs < 1``.
+        ValueError: ``judge_runs < 1``, or the prompt declares a protocol of another scorer.
     """
     if judge_runs < 1:
         raise ValueError(f"judge_runs must be >= 1, got {judge_runs}")
+    protocol = protocol_of(prompt)
+    if protocol.scorer not in (None, "rubric_judge"):
+        raise ValueError(f"prompt {prompt.name!r} declares judge protocol {protocol.name!r}, which is for the "
+                         f"{protocol.scorer!r} scorer, not rubric_judge")
+    rule = protocol.credit or "upstream_int"
     model = None if endpoint.offline else model
     answered = [r for r in rows if r["answer_status"] == "ok"]
     judgeable = [r for r in answered if r["rubric"]]
@@ -481,28 +565,31 @@ async def rubric_rows(rows: list[dict[str, Any]], *, endpoint, model, prompt, f1
         if not r["rubric"]:
             r.update(verdict=None, score=None, judge_status="error", judge_error="the question has no rubric items",
                      judge_attempts=0, judge_verdicts=["judge_error"])
-    runs = [await judge_rubric_items(judgeable, model=model, prompt=prompt, max_parse_retries=max_parse_retries,
-                                     use_cache=(n == 0)) for n in range(judge_runs)]
     ordered = [r for r in judgeable if r["category"] == ORDERING_CATEGORY]
-    orderings = dict(zip(map(id, ordered), await _ordering(ordered, model, prompt, max_parse_retries)))
+    runs, orderings = [], []
+    for n in range(judge_runs):
+        runs.append(await judge_rubric_items(judgeable, model=model, prompt=prompt,
+                                             max_parse_retries=max_parse_retries, use_cache=(n == 0)))
+        aligned = await _ordering(ordered, model, prompt, max_parse_retries, use_cache=(n == 0))
+        orderings.append(dict(zip(map(id, ordered), aligned)))
     for i, r in enumerate(judgeable):
+        scored = [_run_score(run[i], orderings[n].get(id(r)), r["category"], rule) for n, run in enumerate(runs)]
+        score, rubric_mean, error = scored[0]
         items = runs[0][i]
-        failed = next((k for k, it in enumerate(items) if it["score"] is None), None)
-        run_scores = [None if any(it["score"] is None for it in run[i]) else _mean([it["score"] for it in run[i]])
-                      for run in runs]
-        detail: dict[str, Any] = {"items": [{k: it[k] for k in ("item", "score", "error", "attempts")} for it in items],
-                                  "run_scores": run_scores}
-        if id(r) in orderings:
-            detail["ordering"] = orderings[id(r)]
-        score = run_scores[0]
+        detail: dict[str, Any] = {
+            "credit_rule": rule,
+            "items": [{"item": it["item"], "score": it["score"], "error": it["error"], "attempts": it["attempts"],
+                       "credit": None if it["score"] is None else item_credit(it["score"], r["category"], rule)}
+                      for it in items],
+            "rubric_mean": rubric_mean, "run_scores": [s for s, _, _ in scored]}
+        if id(r) in orderings[0]:
+            detail["ordering"] = orderings[0][id(r)]
         r.update(score=score, verdict=None if score is None else "CORRECT" if score == 1.0 else "WRONG",
                  score_detail=json.dumps(detail), judge_raw=json.dumps([it["raw"] for it in items]),
-                 judge_status="ok" if failed is None else "error",
-                 judge_error=None if failed is None else f"rubric item {failed + 1}: {items[failed]['error']}",
+                 judge_status="ok" if error is None else "error", judge_error=error,
                  judge_attempts=sum(it["attempts"] for run in runs for it in run[i])
-                 + int(detail.get("ordering", {}).get("attempts", 0)),
-                 judge_verdicts=["judge_error" if s is None else "CORRECT" if s == 1.0 else "WRONG"
-                                 for s in run_scores])
+                 + sum(int(o.get(id(r), {}).get("attempts", 0)) for o in orderings),
+                 judge_verdicts=[run_verdict(s) for s, _, _ in scored])
     for r in rows:
         if r["answer_status"] == "ok" and r.get("gold") is not None and json.loads(r["gold"]) is not None:
             golds = golds_of(r["gold"])
