@@ -164,21 +164,24 @@ def _answered(answer, gold="(c)", options=OPTIONS, **kw):
             "answer_status": "ok", "search_status": "ok", "category": "recall_user_shared_facts", **kw}
 
 
-@pytest.mark.parametrize(("answer", "verdict", "reason"), [
-    ("(c)", "CORRECT", "ok"),
-    ("C", "CORRECT", "ok"),
-    ("Answer: (c) Skip dinner.", "CORRECT", "ok"),
-    ("(b)", "WRONG", "ok"),
-    ("(a) or (c)", "WRONG", "conflicting letter groups"),
-    ("(e)", "WRONG", "is not an option"),
-    ("I would skip dinner.", "WRONG", "no option letters"),
-    ("", "WRONG", "empty answer"),
+@pytest.mark.parametrize(("answer", "verdict", "letters"), [
+    # read as PersonaMem's Evaluation.extract_answer reads replies (aml_ray/scoring/personamem_choice.py)
+    ("(c)", "CORRECT", ["C"]),
+    ("C", "CORRECT", ["C"]),
+    ("Answer: (c) Skip dinner.", "CORRECT", ["C"]),
+    ("<final_answer> c", "CORRECT", ["C"]),
+    ("The answer is c", "CORRECT", ["C"]),
+    ("(b)", "WRONG", ["B"]),
+    ("(a) or (c)", "WRONG", ["A", "C"]),
+    ("(e)", "WRONG", []),
+    ("I would skip dinner.", "WRONG", []),
+    ("", "WRONG", []),
 ])
-async def test_single_choice_matches_exactly_one_gold_label(answer, verdict, reason):
+async def test_single_choice_matches_exactly_one_gold_label(answer, verdict, letters):
     r = _answered(answer)
     await get_scorer("single_choice")([r])
     assert r["verdict"] == verdict and r["score"] == (1.0 if verdict == "CORRECT" else 0.0)
-    assert r["status"] == "scored" and reason in json.loads(r["score_detail"])["reason"]
+    assert r["status"] == "scored" and json.loads(r["score_detail"])["letters"] == letters
 
 
 async def test_single_choice_keeps_errors_in_the_denominator():

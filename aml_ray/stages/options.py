@@ -1,33 +1,35 @@
 """Option-letter scoring for multiple-choice questions (ScriptMem): deterministic, no model.
 
-Source: memorax-ai/ScriptMem ``src/score_mcq.py`` / ``src/evaluate.py`` (``score_item``) and its README
-("Predicted answer format": single choice ``(B)``, multi-select ``(A, C, D)`` "must include all and only
-correct options", ordering ``(D, A, C, B)`` "must match exact correct order"); DESIGN.md "Scoring
-contracts". Rules, per question type (the row's ``category``):
+Source: memorax-ai/ScriptMem @ 22ac7e7e ``src/evaluate.py`` (the official evaluator; ``src/score_mcq.py``
+has the same rules): ``normalize_prediction_text``, ``predicted_letters``, ``predicted_ordered_letters``,
+``predicted_option_letters`` and ``score_item``; README "Predicted answer format". Answers are read as
+upstream reads them, so a number from here can stand beside one from upstream's evaluator.
 
-- ``single_choice``: 1 when exactly one letter is given and it is the gold letter, else 0.
-- ``multi_select``: 1 when the set of letters equals the gold set (order free), else 0.
-- ``ordering``: 1 when the letter sequence equals the gold sequence exactly, else 0 (one swap is 0).
+Reading an answer (:func:`read_letters`):
 
-Letter extraction (:func:`extract_letters`), this project's rule, stricter than upstream's lenient
-parser so that it never guesses:
+1. Normalise (:func:`normalize_prediction`): the answer stripped; if it holds ``\\box{...}`` or
+   ``\\boxed{...}`` (a missing ``}`` at the end is tolerated), the inside of the last one is the answer;
+   else the text after the first ``final answer:`` (any case), then the text after the first ``</think>``.
+2. ``multi_select`` and ``ordering``: the inside of the last ``(...)`` or ``[...]`` (else the whole
+   answer); every letter A-F in it, in order, upper-cased (``D -> A -> C -> B`` reads D, A, C, B; so does
+   ``(D, A, C, B)``). A repeated letter is malformed (upstream's ``malformed_prediction``).
+3. ``single_choice``: the whole answer when it is 1 to 5 letters A-F (``B``; ``AB`` reads A, B); two
+   letter groups side by side (``(A)(B)``, ``[A][B]``) are malformed; else, from every ``(...)`` or
+   ``[...]``: a lone letter (``(B)``), a labelled option (``(B. Juror 8)``, ``[B: Juror 8]``), or a short
+   word of letters and spaces whose first letter is A-F (``(Bob)`` reads B: upstream's rule); the set
+   of letters found, sorted.
 
-1. The text after the last ``</think>`` is read (reasoning models); an empty answer is malformed.
-2. A *letter group* is the inside of ``(...)`` or ``[...]`` that is only single letters separated by
-   commas, semicolons or spaces: ``(B)``, ``(a, c)``, ``[D; A; C; B]``. Prose in parentheses is not a
-   letter group, and neither are run-together letters (``(AC)``). If the answer has letter groups, they must all say the same thing (``(B) ... so (B)``
-   is fine; ``(A) ... no, (B)`` is malformed).
-3. Without a letter group, the whole answer (an ``Answer:`` or ``Final answer:`` label and a final
-   period removed) may itself be a letter list: ``B``, ``A, C, D``.
-4. Letters are case-insensitive and must name an option (``A`` .. the last option's letter); ``(X)``
-   echoed from an example, or ``(G)`` with six options, is malformed.
-5. **A repeated letter is malformed** (``(A, A, C)``, ``(D, A, D, B)``): as upstream (``score_item``
-   requires ``len(pred) == len(set(pred))``; ``predicted_ordered_letters`` flags duplicates), a duplicate
-   earns no extra credit and no benefit of the doubt: the question scores 0, even when the distinct
-   letters equal the gold set.
+Scoring (:func:`score_letters`, upstream ``score_item``), per question type (the row's ``category``):
 
-A malformed answer scores 0; it is still ``scored`` (the participant's answer was judged), not an error.
-Errors upstream of scoring (search, answer) keep their status and stay in the denominator.
+- ``single_choice``: 1 when exactly one letter is read and it is the gold letter.
+- ``multi_select``: 1 when the set of letters equals the gold set and no letter repeats (order free).
+- ``ordering``: 1 when the letter sequence equals the gold sequence exactly (one swap is 0).
+- A malformed answer scores 0. Upstream reads letters A-F only (ScriptMem has at most six options) and
+  does not check them against the question's options: a letter that is not an option simply does not
+  match the gold.
+
+A malformed or unreadable answer is still ``scored`` (the participant's answer was judged), not an
+error. Errors upstream of scoring (search, answer) keep their status and stay in the denominator.
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ from aml_ray.stages.scorers import register_scorer
 #: The question types and their rule names.
 RULES = ("single_choice", "multi_select", "ordering")
 
+_BOX = re.compile(r"\\box(?:ed)?\{([^}]*)(?:\}|$)")
+_FINAL = "final answer:"
 _THINK_END = "</think>"
-_GROUP = re.compile(r"\(([^()]*)\)|\[([^\[\]]*)\]")
-_LETTER_LIST = re.compile(r"^\s*[A-Za-z](?:(?:\s*[,;]\s*|\s+)[A-Za-z])*\s*$")
-_LABEL = re.compile(r"^\s*(?:final\s+)?answer\s*[:：]\s*", re.IGNORECASE)
+_LAST_GROUP = re.compile(r"[\(\[]([^)\]]*)[\)\]]")
+_GROUP = re.compile(r"\([^)]*\)|\[[^\]]*\]")
+_BARE = re.compile(r"[A-Fa-f]{1,5}")
+_SIDE_BY_SIDE = (re.compile(r"\(\s*[A-Fa-f]\s*\)\(\s*[A-Fa-f]\s*\)"), re.compile(r"\[\s*[A-Fa-f]\s*\]\[\s*[A-Fa-f]\s*\]"))
+_LONE = re.compile(r"([A-Fa-f])")
+_LABELLED = re.compile(r"^([A-Fa-f])\s*[.:]\s*.+$")
+_WORD = re.compile(r"[A-Za-z ]+")
 
 
 @dataclass(frozen=True)
@@ -53,9 +61,10 @@ class Extraction:
     """Letters read from an answer.
 
     Attributes:
-        letters: the option letters, upper case, in the answer's order (empty when malformed).
-        malformed: True when the answer breaks the format (then it scores 0).
-        reason: why it is malformed, or ``"ok"``.
+        letters: the option letters, upper case (in the answer's order for ``multi_select`` and
+            ``ordering``, sorted and distinct for ``single_choice``); empty when none were read.
+        malformed: True when upstream flags the answer as malformed (then it scores 0).
+        reason: ``"ok"``, or why nothing usable was read.
     """
 
     letters: tuple[str, ...]
@@ -63,70 +72,100 @@ class Extraction:
     reason: str
 
 
-def _letters(group: str) -> tuple[str, ...]:
-    return tuple(ch.upper() for ch in group if ch.isalpha())
-
-
-def extract_letters(answer: str | None, n_options: int) -> Extraction:
-    """Read the option letters of an answer (rules 1-5 of the module docstring).
+def normalize_prediction(answer: str | None) -> str:
+    """The part of an answer that holds the letters (upstream ``normalize_prediction_text``; rule 1).
 
     Examples:
-        >>> extract_letters("(D, A, C, B)", 4).letters
+        >>> normalize_prediction("Reasoning... \\\\boxed{B}")
+        'B'
+        >>> normalize_prediction("<think>(A)?</think> Final Answer: (B)")
+        '(B)'
+    """
+    cleaned = str(answer or "").strip()
+    boxes = list(_BOX.finditer(cleaned))
+    if boxes:
+        return boxes[-1].group(1).strip()
+    lower = cleaned.lower()
+    if _FINAL in lower:
+        cleaned = cleaned[lower.index(_FINAL) + len(_FINAL):].strip()
+    if _THINK_END in cleaned:
+        cleaned = cleaned.split(_THINK_END, 1)[1].strip()
+    return cleaned
+
+
+def _ordered(text: str) -> Extraction:
+    groups = list(_LAST_GROUP.finditer(text))
+    content = groups[-1].group(1) if groups else text
+    letters = tuple(c.upper() for c in re.findall(r"[A-Fa-f]", content))
+    if not letters:
+        return Extraction((), False, "no option letters found")
+    repeated = next((c for i, c in enumerate(letters) if c in letters[:i]), None)
+    if repeated:
+        return Extraction(letters, True, f"duplicate letter {repeated}")
+    return Extraction(letters, False, "ok")
+
+
+def _single(text: str) -> Extraction:
+    if _BARE.fullmatch(text):
+        return Extraction(tuple(c.upper() for c in text), False, "ok")
+    if any(p.search(text) for p in _SIDE_BY_SIDE):
+        return Extraction((), True, "letter groups side by side")
+    found: set[str] = set()
+    for m in _GROUP.finditer(text):
+        inner = m.group(0)[1:-1].strip()
+        if not inner:
+            continue
+        if lone := _LONE.fullmatch(inner):
+            found.add(lone.group(1).upper())
+        elif labelled := _LABELLED.match(inner):
+            found.add(labelled.group(1).upper())
+        else:
+            letters_only = re.sub(r"[^A-Za-z]", "", inner)
+            if letters_only and len(letters_only) <= 5 and inner[0].upper() in "ABCDEF" and _WORD.fullmatch(inner):
+                found.add(inner[0].upper())
+    if not found:
+        return Extraction((), False, "no option letters found")
+    return Extraction(tuple(sorted(found)), False, "ok")
+
+
+def read_letters(answer: str | None, rule: str) -> Extraction:
+    """Read the option letters of an answer as upstream does (rules 1-3 of the module docstring).
+
+    Examples:
+        >>> read_letters("D -> A -> C -> B", "ordering").letters
         ('D', 'A', 'C', 'B')
-        >>> extract_letters("Answer: b.", 4).letters
+        >>> read_letters("(B. Juror 8)", "single_choice").letters
         ('B',)
-        >>> extract_letters("(A, A, C)", 4).reason
+        >>> read_letters("(A, A, C)", "multi_select").reason
         'duplicate letter A'
-        >>> extract_letters("I am not sure.", 4).malformed
-        True
+        >>> read_letters("I am not sure.", "single_choice").letters
+        ()
 
     Args:
         answer: the answer model's reply; None counts as empty.
-        n_options: how many options the question has (letters ``A`` .. ``chr(ord("A") + n - 1)``).
+        rule: ``single_choice``, ``multi_select`` or ``ordering``.
 
     Returns:
         The :class:`Extraction`.
 
     Raises:
-        ValueError: ``n_options`` is not in 1..26.
+        ValueError: an unknown rule.
     """
-    if not 1 <= n_options <= 26:
-        raise ValueError(f"n_options must be in 1..26, got {n_options}")
-    text = "" if answer is None else str(answer)
-    if _THINK_END in text:
-        text = text.rsplit(_THINK_END, 1)[1]
-    if not text.strip():
-        return Extraction((), True, "empty answer")
-    groups = [g for m in _GROUP.finditer(text) if _LETTER_LIST.match(g := (m.group(1) or m.group(2) or ""))]
-    if groups:
-        distinct = {_letters(g) for g in groups}
-        if len(distinct) > 1:
-            return Extraction((), True, f"conflicting letter groups {sorted(distinct)}")
-        letters = distinct.pop()
-    else:
-        bare = _LABEL.sub("", text.strip()).rstrip(". ")
-        if not _LETTER_LIST.match(bare):
-            return Extraction((), True, "no option letters found (expected e.g. '(B)' or '(A, C, D)')")
-        letters = _letters(bare)
-    valid = {chr(ord("A") + i) for i in range(n_options)}
-    outside = [c for c in letters if c not in valid]
-    if outside:
-        return Extraction((), True, f"letter {outside[0]} is not an option (A-{chr(ord('A') + n_options - 1)})")
-    seen: set[str] = set()
-    for c in letters:
-        if c in seen:
-            return Extraction((), True, f"duplicate letter {c}")
-        seen.add(c)
-    return Extraction(letters, False, "ok")
+    if rule not in RULES:
+        raise ValueError(f"unknown option rule {rule!r}; expected one of {RULES}")
+    text = normalize_prediction(answer)
+    if not text:
+        return Extraction((), False, "empty answer")
+    return _single(text) if rule == "single_choice" else _ordered(text)
 
 
 def score_letters(rule: str, gold: list[str] | tuple[str, ...], predicted: Extraction) -> float:
-    """Score extracted letters against the gold letters under one rule (module docstring).
+    """Score extracted letters against the gold letters under one rule (upstream ``score_item``).
 
     Examples:
-        >>> score_letters("ordering", ["D", "A", "C", "B"], extract_letters("(D, C, A, B)", 4))
+        >>> score_letters("ordering", ["D", "A", "C", "B"], read_letters("(D, C, A, B)", "ordering"))
         0.0
-        >>> score_letters("multi_select", ["A", "C"], extract_letters("(C, A)", 4))
+        >>> score_letters("multi_select", ["A", "C"], read_letters("(C, A)", "multi_select"))
         1.0
 
     Args:
@@ -150,7 +189,7 @@ def score_letters(rule: str, gold: list[str] | tuple[str, ...], predicted: Extra
     if rule == "single_choice":
         ok = len(gold) == 1 and pred == gold
     elif rule == "multi_select":
-        ok = set(pred) == set(gold)
+        ok = set(pred) == set(gold) and len(pred) == len(set(pred))
     else:
         ok = pred == gold
     return 1.0 if ok else 0.0
@@ -169,7 +208,7 @@ def score_row(row: dict[str, Any]) -> None:
     gold = [gold] if isinstance(gold, str) else gold
     if not isinstance(gold, list) or not all(isinstance(g, str) and len(g) == 1 for g in gold):
         raise ValueError(f"question {row.get('question_id')!r}: gold {row['gold']} is not a list of letters")
-    extraction = extract_letters(row["answer"], len(options))
+    extraction = read_letters(row["answer"], rule)
     score = score_letters(rule, gold, extraction)
     verdict = "CORRECT" if score == 1.0 else "WRONG"
     detail = {"rule": rule, "gold": gold, **asdict(extraction)}
