@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import os
 import re
@@ -249,6 +250,63 @@ def data_url(kind: str, data: bytes) -> str:
 def image_type(data: bytes) -> str | None:
     """The allowed image type whose signature ``data`` has, or None."""
     return next((k for k, sig in _SIGNATURES.items() if sig(data)), None)
+
+
+#: Image formats a dataset may hold that are not contract types, by name, so an error can say which one it
+#: is (ATM-Bench's processors accept ``.bmp``, ``.tiff`` and ``.dng`` photos: ``memqa/global_config.py``
+#: ``IMAGE_PROCESSING_CONFIG``; DNG is TIFF-based; phones write HEIC).
+_OTHER_FORMATS: dict[str, Callable[[bytes], bool]] = {
+    "BMP": lambda b: b.startswith(b"BM"),
+    "TIFF": lambda b: b[:4] in (b"II*\x00", b"MM\x00*"),
+    "HEIC": lambda b: b[4:8] == b"ftyp" and b[8:12] in (b"heic", b"heix", b"mif1", b"msf1", b"hevc"),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def suite_media_limits(suite: str = "multimodal") -> MediaLimits:
+    """The media limits of a shipped suite (``"media"`` in its file; defaults when it sets none).
+
+    The Multimodal adapters check every image against these while loading (:func:`image_problem`), so an
+    image the run would refuse is found, with its file and round, before anything is sent.
+    """
+    from aml_ray.suite import load_suite  # the suite module imports this one
+
+    return load_suite(suite).media or MediaLimits()
+
+
+def image_problem(data: bytes, limits: MediaLimits) -> str | None:
+    """Why an image file cannot be sent as a content part under ``limits``, or None when it can.
+
+    The adapters ask this of every image they read, so one bad image is that item's error (the item is
+    Added without it, a question with it is excluded) and never the bundle's; the adapter's message adds
+    the file and the round or item.
+
+    Args:
+        data: the file's bytes.
+        limits: the suite's media limits (types and sizes, :class:`MediaLimits`).
+
+    Returns:
+        None, or the reason in words: the type is not allowed (named when known), the file is empty, or it
+        is over ``max_image_bytes`` / ``max_request_bytes`` (sizes in bytes).
+
+    Examples:
+        >>> image_problem(b"BM" + bytes(60), MediaLimits())
+        'a BMP image; allowed: png, jpeg, webp, gif'
+        >>> image_problem(b"\\x89PNG\\r\\n\\x1a\\n" + bytes(30), MediaLimits(max_image_bytes=16))
+        'image is 38 bytes, over the per-image limit of 16 bytes'
+    """
+    if not data:
+        return "the file is empty"
+    kind = image_type(data)
+    if kind is None or kind not in limits.image_types:
+        name = kind.upper() if kind else next((n for n, sig in _OTHER_FORMATS.items() if sig(data)), None)
+        what = f"a {name} image" if name else "not an image of a known type"
+        return f"{what}; allowed: {', '.join(limits.image_types)}"
+    if len(data) > limits.max_image_bytes:
+        return f"image is {len(data)} bytes, over the per-image limit of {limits.max_image_bytes} bytes"
+    if len(data) > limits.max_request_bytes:
+        return f"image is {len(data)} bytes, over the per-request limit of {limits.max_request_bytes} bytes"
+    return None
 
 
 def escape_text(text: str) -> str:

@@ -1,32 +1,61 @@
 """ATM-Bench adapter (Multimodal track): a person's memory items -> one sample, QA -> questions.
 
-Source: JingbiaoMei/ATM-Bench @ ``ef4e5dff1a47ec71213a06e359f02753defa8fb1`` ``docs/data.md`` (MIT; the
-data is HF ``Jingbiao/ATM-Bench``, not obtained here, MANIFEST.md section 2). Layout read from the
-bundle directory (``data_path``):
+Source: JingbiaoMei/ATM-Bench (code MIT; data on Hugging Face ``Jingbiao/ATM-Bench``): ``docs/data.md``,
+``docs/niah.md`` and the readers of ``memqa/qa_agent_baselines/oracle/oracle_baseline.py``
+(``load_qa_list``, ``build_batch_index``, ``resolve_media_file``, ``load_email_index``,
+``apply_niah_pools``) at ``c24d06ca11cf7f83d2d0f11c04f7795bb33d1a01``. The release's layout, under
+``data_path`` (the snapshot root holding ``data/``, or that ``data/`` folder itself)::
 
-- ``atm-bench.json`` (``atm-bench-hard.json`` for the Hard subset): an array of
-  ``{id, question, answer, evidence_ids[], qtype}``; ``qtype`` is ``number``, ``list_recall`` or
-  ``open_end`` (the scoring rule, :mod:`aml_ray.stages.atmbench_scorer`); Hard/NIAH entries may add
-  ``niah_evidence_ids`` (the question's fixed haystack);
-- ``emails.json``: ``[{id, timestamp, short_summary, detail}]``;
-- ``batch_results.json``: image/video records ``{id?, image_path | video_path, timestamp,
-  location_name, short_caption, caption, ocr_text, tags}``; a record's id is ``id`` or its file stem;
-  ``image_path`` is relative to the bundle directory.
+    data/atm-bench/atm-bench.json                      QA, main set
+    data/atm-bench/atm-bench-hard.json                 QA, Hard subset
+    data/atm-bench/niah/atm-bench-hard-niah{k}.json    Hard QA with its fixed pool, k in 25, 50, 100, 200
+    data/raw_memory/email/emails.json                  emails (optional upstream)
+    data/raw_memory/image/<id>.<ext>                   photos, found by file stem
+    data/processed_memory/image_batch_results.json     photo records (captions, place, OCR, tags)
+    data/processed_memory/video_batch_results.json     video records
 
-Every item is Added as one message: its id as text next to its image part (so list questions can name
-items), then its timestamp, location, caption, OCR text and tags (emails: summary and detail). Videos
-are not an image type of the contract: a video record is Added as its text only. Items are grouped into
-one session per calendar day (UTC), in time order.
+The same files may also lie flat in one folder (``atm-bench.json``, ``niah/``, ``emails.json``,
+``image_batch_results.json``, ``video_batch_results.json``, or one ``batch_results.json`` holding both
+kinds, the name upstream's processors write).
 
-Main set: one sample holding every item; all questions ask it. Hard subset: each question is its own
-sample whose memory is its haystack: ``evidence_ids`` plus ``niah_evidence_ids`` (the published fixed
-haystack sizes are 25, 50, 100 and 200 items); ``haystack`` picks the first N of that pool (evidence
-first), or the whole pool when None.
+- A QA file is a JSON array, or an object ``{"qas": [...]}`` (``load_qa_list``); an entry is ``{id,
+  question, answer, evidence_ids, qtype, notes?}`` with ``answer`` a string (a list is joined by
+  ``", "``) and ``qtype`` one of upstream's spellings of ``number``, ``list_recall``, ``open_end``
+  (``normalize_qtype_value``). ``notes`` is never read.
+- An email is ``{id, timestamp, short_summary, detail}``; a photo or video record ``{image_path |
+  video_path, timestamp, location_name, short_caption, caption, ocr_text, tags}`` (more keys ignored)
+  whose id is the stem of its path (``build_batch_index``; a later record of the same stem replaces an
+  earlier one, as upstream). ``timestamp`` is ISO or Unix time, or null for a photo without EXIF.
+- A photo's image is looked up by its id in ``raw_memory/image`` with upstream's extensions (``.jpg
+  .jpeg .png .tiff .bmp .webp .dng``, also upper case), else at its ``image_path`` when that exists.
+
+Every item is Added as one message: ``[item <id>]``, the photo's image part, then its fields as the
+Oracle baseline formats evidence (``Type``, ``Timestamp``, ``Location``, ``Short Caption``, ``Caption``,
+``OCR``, ``Tags``; emails ``Timestamp``, ``Summary``, ``Detail``; empty fields left out). Videos are Added
+as their text only. Items are grouped into one session per calendar day (UTC) in time order; undated
+items (null timestamp) form a last session ``undated`` with no message timestamp.
+
+One bad image (not found, a type the contract does not take such as BMP or DNG, over the suite's size
+limits: :func:`aml_ray.media.image_problem`) is that item's error, not the bundle's: the item is Added
+as its text with ``[image not available: <reason>]`` and a warning names the file, the item and the
+reason. The limits are the shipped ``multimodal`` suite's.
+
+Main set: one sample holding every item; all questions ask it. Hard subset: one sample per question,
+holding only its NIAH pool (``niah_evidence_ids`` of ``niah/atm-bench-hard-niah{k}.json``, matched by
+``id``; k = ``haystack``, default :data:`DEFAULT_HARD_HAYSTACK`); every Hard question must have a pool
+there (upstream's ``--niah-strict``), so the subset never runs as an oracle.
+
+Ids: ids that decide what is Added (a pool's) must name items; ``evidence_ids`` are audit only and kept
+as given (upstream warns and goes on). An id is matched as given, then by its stem (``x.jpg`` -> ``x``),
+then case-insensitively. Malformed files raise :class:`DatasetFormatError` naming the file, the item
+(index and id) and the field.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,23 +63,97 @@ from typing import Any
 from aml_ray.contract import Message
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_json
-from aml_ray.media import MediaLimits, data_url, image_type, media_context
+from aml_ray.media import data_url, image_problem, image_type, media_context
+from aml_ray.media import suite_media_limits as media_limits
+
+log = logging.getLogger(__name__)
 
 QTYPES = ("number", "list_recall", "open_end")
+#: Upstream ``normalize_qtype_value``: accepted spellings of each qtype (compared lowercased, stripped).
+QTYPE_SPELLINGS = {"number": ("number", "num", "numeric"),
+                   "list_recall": ("list_recall", "list-recall", "list", "listrecall"),
+                   "open_end": ("open_end", "open-end", "open", "openended", "open-ended", "open_ended")}
+#: The published NIAH pool sizes (``docs/niah.md``).
 HARD_HAYSTACK_SIZES = (25, 50, 100, 200)
-_CTX = media_context(MediaLimits())
-
+#: The pool the Hard bundle runs with when none is asked for: the largest, the most distractors.
+DEFAULT_HARD_HAYSTACK = 200
+#: Photo file extensions, in upstream's lookup order (``memqa/global_config.py`` ``IMAGE_PROCESSING_CONFIG``).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tiff", ".bmp", ".webp", ".dng")
+UNDATED = "undated"
 
 #: The name this adapter's format errors had; every adapter now raises :class:`DatasetFormatError`.
 AtmBenchFormatError = DatasetFormatError
 
 
-def _ms(ts: Any, where: Where) -> int:
-    where.check(ts, (str, int, float), "an ISO timestamp or Unix time")
+@dataclass(frozen=True)
+class Layout:
+    """Where a bundle's files are (release layout, else flat; module docstring).
+
+    Attributes:
+        root: ``data_path`` as given.
+        data: the folder holding ``atm-bench/`` (release) or every file (flat).
+        qa: the folder of the QA files and of ``niah/``.
+    """
+
+    root: Path
+    data: Path
+    qa: Path
+
+    @classmethod
+    def of(cls, path: Path) -> Layout:
+        """The layout of ``path`` (the snapshot root, its ``data/`` folder, or a flat folder)."""
+        root = Path(path)
+        data = root / "data" if (root / "data" / "atm-bench").is_dir() else root
+        return cls(root, data, data / "atm-bench" if (data / "atm-bench").is_dir() else data)
+
+    def first(self, *relative: str) -> Path | None:
+        """The first of ``relative`` (paths under ``data``) that is a file, or None."""
+        return next((self.data / r for r in relative if (self.data / r).is_file()), None)
+
+    def qa_file(self, name: str) -> Path:
+        return self.qa / name
+
+    def niah_file(self, k: int) -> Path:
+        return self.qa / "niah" / f"atm-bench-hard-niah{k}.json"
+
+    def emails(self) -> Path | None:
+        return self.first("raw_memory/email/emails.json", "emails.json")
+
+    def records(self) -> list[Path]:
+        """The photo/video record files present: image, video, then a combined ``batch_results.json``."""
+        found = [self.first(f"processed_memory/{kind}_batch_results.json", f"{kind}_batch_results.json")
+                 for kind in ("image", "video")]
+        return [p for p in [*found, self.first("batch_results.json")] if p is not None]
+
+    def image_of(self, item_id: str, image_path: str | None) -> Path | None:
+        """A photo's file: by stem in ``raw_memory/image`` (upstream ``resolve_media_file``), else its path."""
+        folder = self.data / "raw_memory" / "image"
+        names = [item_id] + [item_id + e for e in IMAGE_EXTENSIONS] + [item_id + e.upper() for e in IMAGE_EXTENSIONS]
+        found = next((folder / n for n in names if (folder / n).is_file()), None)
+        if found is None and image_path:
+            p = Path(image_path)
+            found = next((c for c in ([p] if p.is_absolute() else [self.root / p, self.data / p, self.data.parent / p])
+                          if c.is_file()), None)
+        return found
+
+
+@dataclass(frozen=True)
+class Item:
+    """One memory item: its time (ms, None when undated) and its Add message."""
+
+    at: int | None
+    message: Message
+
+
+def _ms(ts: Any, where: Where) -> int | None:
+    """UTC ms of an ISO or Unix timestamp (naive ISO is UTC); None for null."""
+    if ts is None:
+        return None
+    where.check(ts, (str, int, float), "an ISO timestamp, Unix time or null")
     if isinstance(ts, (int, float)):
         return int(ts * 1000) if ts < 1e11 else int(ts)
     try:
-        dt = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+        dt = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
     except ValueError:
         raise where.error(f"timestamp {ts!r} is neither ISO nor Unix time") from None
     if dt.tzinfo is None:
@@ -58,157 +161,241 @@ def _ms(ts: Any, where: Where) -> int:
     return int(dt.timestamp() * 1000)
 
 
-def _read_json(path: Path, required: bool = True) -> list[Any]:
-    if not path.is_file():
-        if required:
-            raise FileNotFoundError(f"ATM-Bench file {path} not found")
-        return []
-    return read_json(path, list, "a JSON array of records")
+def _text(obj: dict[str, Any], key: str, where: Where) -> str:
+    return str(where.get(obj, key, (str, int, float), "text", required=False, default="")).strip()
 
 
-def load_items(root: Path) -> dict[str, tuple[int, Message]]:
-    """Every memory item of the bundle: ``id -> (timestamp ms, Add message)``.
+def _fields(lines: Iterable[tuple[str, str]]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in lines if v)
 
-    Raises:
-        DatasetFormatError: an item without an id or timestamp, a field of the wrong type, a repeated id,
-            a missing image; the message names the file, the item (index and id) and the field.
-    """
-    items: dict[str, tuple[int, Message]] = {}
-    emails = root / "emails.json"
-    with in_file(emails):
-        for i, e in enumerate(_read_json(emails, required=False)):
+
+def _emails(layout: Layout, items: dict[str, Item]) -> None:
+    path = layout.emails()
+    if path is None:
+        return
+    with in_file(path):
+        for i, e in enumerate(read_json(path, list, "a JSON array of email records")):
             where = Where.item_of(i, e, "id")
             where.check(e, dict, "an email record {id, timestamp, short_summary, detail}")
             item_id = str(where.get(e, "id", (str, int), nonempty=True))
-            at = _ms(where.get(e, "timestamp", (str, int, float), "an ISO timestamp or Unix time"), where / "timestamp")
-            summary, detail = (where.get(e, k, (str, int, float), "text", required=False, default="")
-                               for k in ("short_summary", "detail"))
-            if item_id in items:
-                raise (where / "id").error(f"id {item_id!r} repeats")
-            text = f"[item {item_id}] email, {e['timestamp']}\n{summary}\n{detail}".strip()
-            items[item_id] = (at, Message(role="user", content=text, timestamp=at))
-    records = root / "batch_results.json"
-    with in_file(records):
-        for i, r in enumerate(_read_json(records, required=False)):
-            where = Where.item_of(i, r, "id")
-            where.check(r, dict, "an image/video record {id?, image_path | video_path, timestamp, ...}")
-            image = where.get(r, "image_path", str, required=False)
-            media_path = image or where.get(r, "video_path", str, required=False)
-            item_id = str(where.get(r, "id", (str, int), required=False)
-                          or (Path(media_path).stem if media_path else ""))
-            if not item_id:
-                raise (where / "id").error("missing; expected an id (or image_path/video_path)")
-            if item_id in items:
-                raise (where / "id").error(f"id {item_id!r} repeats")
-            at = _ms(where.get(r, "timestamp", (str, int, float), "an ISO timestamp or Unix time"), where / "timestamp")
-            tags = where.get(r, "tags", (list, str), "a list of tags", required=False, default=[])
-            details = "\n".join(x for x in (
-                f"{'photo' if image else 'video'}, {r['timestamp']}"
-                + (f", at {r['location_name']}" if r.get("location_name") else ""),
-                str(r.get("caption") or r.get("short_caption") or ""),
-                f"Text in it: {r['ocr_text']}" if r.get("ocr_text") else "",
-                f"Tags: {', '.join(map(str, tags)) if isinstance(tags, list) else tags}" if tags else "") if x)
-            content: Any = f"[item {item_id}] {details}"
-            if image:
-                path = root / image
-                if not path.is_file():
-                    raise (where / "image_path").error(f"image {image!r} not found under {root}")
-                data = path.read_bytes()
-                kind = image_type(data)
-                if kind is None:
-                    raise (where / "image_path").error(f"{path} is not a PNG, JPEG, WEBP or GIF image")
-                content = [{"type": "text", "text": f"[item {item_id}]"},
-                           {"type": "image_url", "image_url": {"url": data_url(kind, data)}},
-                           {"type": "text", "text": details}]
-            items[item_id] = (at, Message.model_validate({"role": "user", "content": content, "timestamp": at},
-                                                         context=_CTX))
+            at = _ms(e.get("timestamp"), where / "timestamp")
+            body = _fields([("Timestamp", _text(e, "timestamp", where)), ("Summary", _text(e, "short_summary", where)),
+                            ("Detail", _text(e, "detail", where))])
+            items[item_id] = Item(at, Message(role="user", content=f"[item {item_id}]\nType: email\n{body}".strip(),
+                                              timestamp=at))
+
+
+def _record(layout: Layout, path: Path, i: int, r: Any, items: dict[str, Item]) -> None:
+    where = Where.item_of(i, r, "image_path")
+    where.check(r, dict, "a photo/video record {image_path | video_path, timestamp, caption, ...}")
+    image = where.get(r, "image_path", str, "a file path", required=False)
+    media = image or where.get(r, "video_path", str, "a file path", required=False)
+    if not media:
+        raise (where / "image_path").error("missing; expected image_path or video_path (the item's id is its stem)")
+    item_id = Path(media.replace("\\", "/")).stem
+    at = _ms(r.get("timestamp"), where / "timestamp")
+    tags = where.get(r, "tags", (list, str), "a list of tags", required=False, default=[])
+    details = _fields([("Type", "image" if image else "video"), ("Timestamp", _text(r, "timestamp", where)),
+                       ("Location", _text(r, "location_name", where)),
+                       ("Short Caption", _text(r, "short_caption", where)), ("Caption", _text(r, "caption", where)),
+                       ("OCR", _text(r, "ocr_text", where)),
+                       ("Tags", ", ".join(map(str, tags)) if isinstance(tags, list) else tags)])
+    content: Any = f"[item {item_id}]\n{details}"
+    if image:
+        part, problem, file = _image(layout, item_id, image)
+        if part is None:
+            log.warning("%s: item %d (id %r): image %s: %s; the item is Added without it", path, i, item_id,
+                        file or image, problem)
+            content = f"[item {item_id}] [image not available: {problem}]\n{details}"
+        else:
+            content = [{"type": "text", "text": f"[item {item_id}]"}, part, {"type": "text", "text": details}]
+    if item_id in items:
+        log.warning("%s: item %d: id %r repeats; the later record is used (upstream build_batch_index)", path, i,
+                    item_id)
+    items[item_id] = Item(at, Message.model_validate({"role": "user", "content": content, "timestamp": at},
+                                                     context=media_context(media_limits())))
+
+
+def _image(layout: Layout, item_id: str, image_path: str) -> tuple[dict[str, Any] | None, str, Path | None]:
+    """``(image_url part, "", file)`` for a usable photo, else ``(None, reason, file or None)``."""
+    file = layout.image_of(item_id, image_path)
+    if file is None:
+        return None, f"no file {item_id}.* in {layout.data / 'raw_memory' / 'image'} and none at {image_path}", None
+    data = file.read_bytes()
+    problem = image_problem(data, media_limits())
+    if problem:
+        return None, problem, file
+    return {"type": "image_url", "image_url": {"url": data_url(image_type(data) or "png", data)}}, "", file
+
+
+def load_items(path: Path) -> dict[str, Item]:
+    """Every memory item of the bundle at ``path``: ``id -> Item`` (emails first, then photos, videos).
+
+    Raises:
+        FileNotFoundError: the bundle has no email and no record file.
+        DatasetFormatError: a record without a path, an email without an id, a field of the wrong type, a
+            timestamp that is neither ISO, Unix time nor null; the message names the file, the item and
+            the field.
+    """
+    layout = Layout.of(path)
+    items: dict[str, Item] = {}
+    _emails(layout, items)
+    for records in layout.records():
+        with in_file(records):
+            for i, r in enumerate(read_json(records, list, "a JSON array of records")):
+                _record(layout, records, i, r, items)
     if not items:
-        raise FileNotFoundError(f"no ATM-Bench memory items (emails.json, batch_results.json) under {root}")
+        raise FileNotFoundError(f"no ATM-Bench memory items under {layout.data} (raw_memory/email/emails.json, "
+                                "processed_memory/{image,video}_batch_results.json)")
     return items
 
 
-def _sessions(items: dict[str, tuple[int, Message]], ids: Iterable[str]) -> tuple[Session, ...]:
+def _sessions(items: dict[str, Item], ids: Iterable[str]) -> tuple[Session, ...]:
     by_day: dict[str, list[tuple[int, str, Message]]] = {}
     for i in ids:
-        at, msg = items[i]
-        day = datetime.fromtimestamp(at / 1000, tz=timezone.utc).date().isoformat()
-        by_day.setdefault(day, []).append((at, i, msg))
-    out = []
-    for n, day in enumerate(sorted(by_day), start=1):
+        item = items[i]
+        day = UNDATED if item.at is None else datetime.fromtimestamp(item.at / 1000, tz=timezone.utc).date().isoformat()
+        by_day.setdefault(day, []).append((item.at or 0, i, item.message))
+    days = sorted(d for d in by_day if d != UNDATED) + ([UNDATED] if UNDATED in by_day else [])
+    out, last = [], 0
+    for n, day in enumerate(days, start=1):
         msgs = sorted(by_day[day], key=lambda t: (t[0], t[1]))
-        out.append(Session(key=day, index=n, started_at_ms=msgs[0][0], messages=tuple(m for _, _, m in msgs)))
+        last = msgs[0][0] if day != UNDATED else last
+        out.append(Session(key=day, index=n, started_at_ms=last, messages=tuple(m for _, _, m in msgs)))
     return tuple(out)
 
 
-def _question(q: Any, i: int, sample_id: str, items: dict[str, Any]) -> Question:
+def resolve_id(item_id: str, items: dict[str, Any]) -> str | None:
+    """The item an id names: as given, by its stem, then case-insensitively; None when none.
+
+    Examples:
+        >>> resolve_id("20220430_132212.jpg", {"20220430_132212": 1}), resolve_id("Email7", {"email7": 1})
+        ('20220430_132212', 'email7')
+    """
+    for candidate in (item_id, Path(item_id).stem):
+        if candidate in items:
+            return candidate
+    lowered = {k.lower(): k for k in items}
+    return lowered.get(item_id.lower()) or lowered.get(Path(item_id).stem.lower())
+
+
+def _qtype(value: Any, where: Where) -> str:
+    where.check(value, str, f"a qtype: one of {QTYPES}")
+    low = value.strip().lower()
+    found = next((q for q, names in QTYPE_SPELLINGS.items() if low in names), None)
+    if found is None:
+        raise where.error(f"qtype {value!r} is not one of {QTYPES} (or upstream's spellings of them)")
+    return found
+
+
+def _question(q: Any, i: int, sample_id: str) -> Question:
     where = Where.item_of(i, q, "id")
-    where.check(q, dict, "a question object {id, question, answer, evidence_ids, qtype}")
+    where.check(q, dict, "a QA object {id, question, answer, evidence_ids, qtype}")
     qid = where.get(q, "id", (str, int), nonempty=True)
     text = where.get(q, "question", str, nonempty=True)
-    answer = where.get(q, "answer", (str, int, float, list), "the gold answer: text, a number or a list of item ids")
-    qtype = where.get(q, "qtype", str, required=False) or ("list_recall" if isinstance(answer, list) else "open_end")
-    if qtype not in QTYPES:
-        raise (where / "qtype").error(f"qtype {qtype!r} is not one of {QTYPES}")
-    evidence = tuple(str(e) for e in where.get(q, "evidence_ids", list, "a list of item ids", required=False,
-                                               default=[]))
-    missing = [e for e in evidence if e not in items]
-    if missing:
-        raise (where / "evidence_ids").error(f"evidence_ids {missing[:3]} are not memory items")
-    if qtype == "list_recall":  # gold = the item ids to name (the answer list, else the evidence)
-        answer = [str(a) for a in answer] if isinstance(answer, list) else list(evidence)
-    else:
-        answer = str(answer)
-    return Question(question_id=str(qid), sample_id=sample_id, question=text, answer=answer,
-                    category=qtype, evidence=evidence)
+    answer = where.get(q, "answer", (str, int, float, list), "the gold answer string")
+    if isinstance(answer, list):
+        for j, a in enumerate(answer):
+            (where / "answer" / j).check(a, (str, int, float), "an id or text")
+        answer = ", ".join(str(a) for a in answer)
+    qtype = _qtype(q.get("qtype"), where / "qtype") if "qtype" in q else None
+    if qtype is None:
+        raise (where / "qtype").error(f"missing; expected one of {QTYPES}")
+    evidence = where.get(q, "evidence_ids", list, "a list of item ids", required=False, default=[])
+    for j, e in enumerate(evidence):
+        (where / "evidence_ids" / j).check(e, (str, int), "an item id")
+    return Question(question_id=str(qid), sample_id=sample_id, question=text, answer=str(answer), category=qtype,
+                    evidence=tuple(str(e) for e in evidence))
+
+
+def read_qas(path: Path) -> list[Any]:
+    """A QA file's entries: a JSON array, or the ``qas`` list of an object (upstream ``load_qa_list``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        DatasetFormatError: not JSON, or neither an array nor an object with a ``qas`` array.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"ATM-Bench QA file {path} not found")
+    data = read_json(path, (list, dict), 'a JSON array of QA entries, or {"qas": [...]}')
+    if isinstance(data, dict):
+        with in_file(path):
+            return Where("top level").get(data, "qas", list, "a list of QA entries")
+    return data
+
+
+def _unknown_evidence(questions: Iterable[Question], items: dict[str, Item], path: Path) -> None:
+    unknown = sorted({e for q in questions for e in q.evidence if resolve_id(e, items) is None})
+    if unknown:
+        log.warning("%s: %d evidence id(s) name no memory item (audit only, kept as given): %s", path, len(unknown),
+                    ", ".join(unknown[:5]))
 
 
 def load_atmbench(path: Path) -> list[Sample]:
-    """The main set: one sample with every item, every question of ``atm-bench.json``.
+    """The main set: one sample ``atm`` with every item, and every question of ``atm-bench.json``.
 
     Raises:
         FileNotFoundError: the QA file or every item file is missing.
-        DatasetFormatError: see :func:`load_items` and the QA rules; the message names the file, the item
-            and the field.
+        DatasetFormatError: see :func:`load_items` and :func:`read_qas`; a question without ``id``,
+            ``question``, ``answer`` or a known ``qtype``.
     """
-    root = Path(path)
-    items = load_items(root)
-    qa_file = root / "atm-bench.json"
-    qa = _read_json(qa_file)
+    layout = Layout.of(path)
+    qa_file = layout.qa_file("atm-bench.json")
+    qas = read_qas(qa_file)
+    items = load_items(path)
     with in_file(qa_file):
-        questions = tuple(_question(q, i, "atm", items) for i, q in enumerate(qa))
+        questions = tuple(_question(q, i, "atm") for i, q in enumerate(qas))
+    _unknown_evidence(questions, items, qa_file)
     return [Sample(sample_id="atm", sessions=_sessions(items, items), questions=questions)]
 
 
 def load_atmbench_hard(path: Path, haystack: int | None = None) -> list[Sample]:
-    """The Hard subset: one sample per question, holding its evidence plus its NIAH haystack.
+    """The Hard subset: one sample per question of ``atm-bench-hard.json``, holding its NIAH pool.
 
     Args:
-        path: the bundle directory.
-        haystack: items per question (one of :data:`HARD_HAYSTACK_SIZES`), or None for the whole pool.
+        path: the bundle (module docstring).
+        haystack: the pool size ``k`` (one of :data:`HARD_HAYSTACK_SIZES`): the pools of
+            ``niah/atm-bench-hard-niah{k}.json``; None: :data:`DEFAULT_HARD_HAYSTACK`.
 
     Raises:
-        ValueError: a haystack size that is not a published one, or larger than a question's pool.
-        DatasetFormatError: see :func:`load_atmbench`.
+        ValueError: a size that is not a published one.
+        FileNotFoundError: the QA file, the pool file or every item file is missing.
+        DatasetFormatError: as :func:`load_atmbench`; a Hard question with no pool in the pool file, an
+            empty pool, or a pool id that names no item (the pool file, the entry and the field named).
     """
-    if haystack is not None and haystack not in HARD_HAYSTACK_SIZES:
+    k = DEFAULT_HARD_HAYSTACK if haystack is None else haystack
+    if k not in HARD_HAYSTACK_SIZES:
         raise ValueError(f"haystack must be one of {HARD_HAYSTACK_SIZES}, got {haystack}")
-    root = Path(path)
-    items = load_items(root)
-    qa_file = root / "atm-bench-hard.json"
+    layout = Layout.of(path)
+    qa_file, pool_file = layout.qa_file("atm-bench-hard.json"), layout.niah_file(k)
+    qas = read_qas(qa_file)
+    if not pool_file.is_file():
+        raise FileNotFoundError(f"ATM-Bench-Hard NIAH pool file {pool_file} not found (the Hard subset runs over "
+                                f"its fixed pools of {k} items; docs/niah.md)")
+    items = load_items(path)
+    pools: dict[str, list[str]] = {}
+    with in_file(pool_file):
+        for i, entry in enumerate(read_qas(pool_file)):
+            where = Where.item_of(i, entry, "id")
+            where.check(entry, dict, "a QA entry with niah_evidence_ids")
+            qid = str(where.get(entry, "id", (str, int), nonempty=True))
+            pool = where.get(entry, "niah_evidence_ids", list, "the question's pool: a list of item ids", nonempty=True)
+            resolved = []
+            for j, x in enumerate(pool):
+                (where / "niah_evidence_ids" / j).check(x, (str, int), "an item id")
+                found = resolve_id(str(x), items)
+                if found is None:
+                    raise (where / "niah_evidence_ids" / j).error(f"id {x!r} names no memory item")
+                resolved.append(found)
+            pools[qid] = list(dict.fromkeys(resolved))
     samples = []
     with in_file(qa_file):
-        for i, q in enumerate(_read_json(qa_file)):
-            where = Where.item_of(i, q, "id")
+        for i, q in enumerate(qas):
             sample_id = f"hard-{q.get('id', i) if isinstance(q, dict) else i}"
-            question = _question(q, i, sample_id, items)
-            niah = where.get(q, "niah_evidence_ids", list, "a list of item ids", required=False, default=[])
-            pool = list(dict.fromkeys([*question.evidence, *(str(x) for x in niah)]))
-            missing = [x for x in pool if x not in items]
-            if missing:
-                raise (where / "niah_evidence_ids").error(f"niah_evidence_ids {missing[:3]} are not items")
-            if haystack is not None:
-                if len(pool) < haystack:
-                    raise ValueError(f"question {q.get('id')}: pool of {len(pool)} items < haystack {haystack}")
-                pool = pool[:haystack]
-            samples.append(Sample(sample_id=sample_id, sessions=_sessions(items, pool), questions=(question,)))
+            question = _question(q, i, sample_id)
+            if question.question_id not in pools:
+                raise Where.item_of(i, q, "id").error(f"has no pool in {pool_file.name}; every Hard question needs one")
+            samples.append(Sample(sample_id=sample_id, sessions=_sessions(items, pools[question.question_id]),
+                                  questions=(question,)))
+    _unknown_evidence((s.questions[0] for s in samples), items, qa_file)
     return samples

@@ -1,29 +1,47 @@
-"""Mem-Gallery adapter (Multimodal track): scenario files -> samples with image parts.
+"""Mem-Gallery adapter (Multimodal track): the released scenario files -> samples with image parts.
 
-Source: Mem-Gallery (Bei et al., 2026, arXiv:2601.03515; data on Hugging Face ``Ethan-Bei/Mem-Gallery``,
-not obtained here, MANIFEST.md section 2). The layout read here is the published one as AML issue 9
-describes it; the JSON key names are this adapter's reading of it and are checked strictly, so a
-release that names them differently fails loudly (:class:`DatasetFormatError` naming the file, the
-scenario and the field) instead of loading empty samples:
+Source: Mem-Gallery (Bei et al., 2026, arXiv:2601.03515; data on Hugging Face ``Ethan-Bei/Mem-Gallery``).
+The layout is the release's, as the benchmark's own runner reads it: ``benchmark/run/run_bench.py``
+``run_mm_bench`` and ``process_conversation`` (code release ma-xueqian/Mem-Gallery @
+``c0a045454850be4db8ded067105c81f998b9d457``, whose ``benchmark/data/dialog/`` holds the 20 scenario files,
+e.g. ``Baking_Dessert_Daily_Life_Skill.json``):
 
-- a directory of scenario files ``*.json`` (``data_path`` may also be one file); one file = one user
-  = one sample (``sample_id`` = ``scenario_id``, else the file stem);
-- ``user_profile``: the user's profile (object or text), Added first as a system message;
-- ``sessions``: ``[{"session_id", "date", "rounds": [{"round_id": "D<s>:<r>", "user", "assistant",
-  "image"?, "image_id"?, "image_caption"?}]}]``; ``date`` is ISO (``2024-05-01`` or with a time);
-  ``image`` is a path relative to the scenario file;
-- ``qa``: ``[{"question_id"?, "question", "question_type", "answer", "evidence": ["D1:2", ...],
-  "question_image"?}]``.
+- ``data_path`` is the ``dialog`` folder (or the folder holding ``dialog/``, or one scenario file); every
+  ``*.json`` there is a scenario, by name order (names holding ``_results_`` or ``_evaluate_result_``
+  are skipped, as upstream ``get_available_datasets``). One scenario = one user = one sample, whose id is
+  the file stem;
+- ``character_profile`` (object, optional): its ``name`` labels the user's turns ``user (<name>): ...``
+  as upstream's ``speaker_a``; the profile itself is not Added (upstream stores the rounds only);
+- ``multi_session_dialogues``: ``[{"session_id": "D1", "date": "2024-06-24", "dialogues": [{"round":
+  "D1:1", "user", "assistant", "image_id"?, "input_image"?, "image_caption"?}]}]``; the three image
+  fields are lists of the same length (a single string stands for a list of one); a round with neither
+  user nor assistant text is skipped (upstream);
+- ``"human-annotated QAs"``: ``[{"point", "question", "answer", "session_id"?, "clue"?, "question_image"?,
+  "image_caption"?}]``; ``point`` is the category (FR, VS, TTL, VR, AR, TR, CD, MR...), ``clue`` the
+  evidence rounds (audit only: kept as given), the question id ``<stem>:q<index>`` (0-based, 4 digits).
 
-Rounds become Add messages in order: the user turn (its text, then its image as an ``image_url`` part
-with ``[image <image_id>] <caption>`` as text after it) and the assistant turn; every message carries the
-session date. A question image is sent with the question as parts. Categories are the
-``question_type`` values (Mem-Gallery has nine); the metric is :mod:`aml_ray.scoring.memgallery_f1`.
+Image paths are upstream's: an absolute path as is; ``../image/<rest>`` is ``<data>/image/<rest>``, where
+``<data>`` is the dialog folder's parent; any other relative path is ``<data>/<path>`` for a round image
+and ``<data>/image/<path>`` for a question image.
+
+A round becomes two Add messages, both stamped with the session date: the user turn (``[D1:1] user
+(Maya): <text>``, then each image as an ``image_url`` part followed by ``[image <image_id>] <caption>``)
+and the assistant turn (``[D1:1] assistant: <text>``). All the round's images are Added (upstream's
+runner keeps only the first). A question image is sent with the question as parts.
+
+One bad image (missing, a type the contract does not take such as BMP, or over the suite's size limits,
+:func:`aml_ray.media.image_problem`) is that item's error, never the bundle's: the round is Added with
+``[image <id> not available: <reason>] <caption>`` in its place, a question whose image is bad is
+excluded with the reason (``excluded_reason``), and a warning names the file, the round or question and
+the reason. The limits are the shipped ``multimodal`` suite's (:mod:`aml_ray.suites`).
+
+Malformed files raise :class:`DatasetFormatError` naming the file, the scenario and the field.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,128 +49,188 @@ from typing import Any
 from aml_ray.contract import Message
 from aml_ray.datasets.base import Question, Sample, Session
 from aml_ray.datasets.validate import DatasetFormatError, Where, in_file, read_json
-from aml_ray.media import MediaLimits, data_url, image_type, media_context
+from aml_ray.media import data_url, image_problem, image_type, media_context
+from aml_ray.media import suite_media_limits as media_limits
 
-#: Limits used to build the adapter's messages (the run checks the suite's limits again before sending).
-_ADAPTER_LIMITS = MediaLimits()
-_CTX = media_context(_ADAPTER_LIMITS)
-
+log = logging.getLogger(__name__)
 
 #: The name this adapter's format errors had; every adapter now raises :class:`DatasetFormatError`.
 MemGalleryFormatError = DatasetFormatError
+#: The QA list's key in a scenario file.
+QA_KEY = "human-annotated QAs"
+#: Files of the dialog folder that are not scenarios (upstream ``get_available_datasets``).
+_NOT_SCENARIOS = ("_results_", "_evaluate_result_")
 
 
 def _ms(date: Any, where: Where) -> int:
-    where.check(date, str, "an ISO date like '2024-05-01'")
+    where.check(date, str, "an ISO date like '2024-06-24'")
     try:
         dt = datetime.fromisoformat(date)
     except ValueError:
-        raise where.error(f"date {date!r} is not an ISO date; expected a date like '2024-05-01'") from None
+        raise where.error(f"date {date!r} is not an ISO date; expected a date like '2024-06-24'") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 1000)
 
 
-def _image_part(base: Path, rel: Any, where: Where) -> dict[str, Any]:
-    where.check(rel, str, "an image path relative to the scenario file")
-    path = (base / rel).resolve()
-    if not path.is_file():
-        raise where.error(f"image {rel!r} not found at {path}")
-    data = path.read_bytes()
-    kind = image_type(data)
-    if kind is None:
-        raise where.error(f"{path} is not a PNG, JPEG, WEBP or GIF image")
-    return {"type": "image_url", "image_url": {"url": data_url(kind, data)}}
+def _strings(obj: dict[str, Any], key: str, where: Where) -> list[str]:
+    """A field holding a list of strings, or one string (a list of one); missing, null or blank is empty."""
+    value = where.get(obj, key, (list, str), "a list of strings", required=False, default=[])
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    for i, v in enumerate(value):
+        (where / key / i).check(v, str, "a string")
+    return value
 
 
-def _text(obj: dict[str, Any], key: str, where: Where) -> str:
-    return str(where.get(obj, key, (str, int, float), "text", required=False, default="")).strip()
+def image_path(dialog_file: Path, raw: str, *, question: bool = False) -> Path:
+    """Where an image of a scenario file is (upstream ``process_conversation`` and ``run_mm_bench``).
 
+    Args:
+        dialog_file: the scenario file (in the release's ``data/dialog/``).
+        raw: the path as the file gives it, e.g. ``"../image/Baking_Dessert_Daily_Life_Skill/D1_IMG_001.jpg"``.
+        question: a question image (a bare relative path is then under ``<data>/image``).
 
-def load_scenario(path: Path) -> Sample:
-    """One scenario file -> one sample.
-
-    Raises:
-        DatasetFormatError: an empty file or invalid JSON, a missing key or one of the wrong type, a bad
-            date, a missing or unknown image, a round id that is not ``D<s>:<r>``, or evidence naming a
-            round that does not exist; the message names the file, the scenario and the field.
+    Examples:
+        >>> str(image_path(Path("/d/data/dialog/S.json"), "../image/S/D1_IMG_001.jpg"))
+        '/d/data/image/S/D1_IMG_001.jpg'
+        >>> str(image_path(Path("/d/data/dialog/S.json"), "S/QA_IMG_001.jpg", question=True))
+        '/d/data/image/S/QA_IMG_001.jpg'
     """
-    raw = read_json(path, dict, "a scenario object {scenario_id, user_profile, sessions, qa}")
-    with in_file(path):
-        return _scenario(path, raw)
+    if os.path.isabs(raw):
+        return Path(raw)
+    data = dialog_file.parent.parent
+    if raw.startswith("../image/"):
+        return data / "image" / raw[len("../image/"):]
+    return data / "image" / raw if question else data / raw
+
+
+def _image(dialog_file: Path, raw: str, *, question: bool = False) -> tuple[dict[str, Any] | None, str, Path]:
+    """``(image_url part, "", file)`` for a usable image, else ``(None, reason, file)``."""
+    path = image_path(dialog_file, raw, question=question)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, f"the file cannot be read ({exc.strerror or type(exc).__name__})", path
+    problem = image_problem(data, media_limits())
+    if problem:
+        return None, problem, path
+    return {"type": "image_url", "image_url": {"url": data_url(image_type(data) or "png", data)}}, "", path
+
+
+def _round_messages(path: Path, d: dict[str, Any], rw: Where, speaker: str, at: int) -> list[Message]:
+    """The user and assistant messages of one round (none for a round without text)."""
+    rid = str(rw.get(d, "round", (str, int), "a round id like 'D1:1'", nonempty=True))
+    user = str(rw.get(d, "user", str, "the user's text", required=False, default="")).strip()
+    assistant = str(rw.get(d, "assistant", str, "the assistant's text", required=False, default="")).strip()
+    images = _strings(d, "input_image", rw)
+    ids, captions = _strings(d, "image_id", rw), _strings(d, "image_caption", rw)
+    for key, values in (("image_id", ids), ("image_caption", captions)):
+        if images and values and len(values) != len(images):
+            raise (rw / key).error(f"has {len(values)} entries for {len(images)} input_image entries; expected "
+                                   "one per image")
+    if not user and not assistant:  # upstream skips such a round, images and all
+        return []
+    parts: list[dict[str, Any]] = [{"type": "text", "text": f"[{rid}] {speaker}: {user}"}] if user else []
+    for i, raw in enumerate(images):
+        image_id = ids[i] if ids else Path(raw).stem
+        caption = captions[i] if captions else ""
+        part, reason, file = _image(path, raw)
+        if part is None:
+            log.warning("%s: round %s: image %s is left out: %s; the round is Added without it", path, rid, file,
+                        reason)
+            parts.append({"type": "text", "text": f"[image {image_id} not available: {reason}] {caption}".strip()})
+        else:
+            parts += [part, {"type": "text", "text": f"[image {image_id}] {caption}".strip()}]
+    out = []
+    if images:
+        out.append(Message.model_validate({"role": "user", "content": parts, "timestamp": at},
+                                          context=media_context(media_limits())))
+    elif user:
+        out.append(Message(role="user", content=parts[0]["text"], timestamp=at))
+    if assistant:
+        out.append(Message(role="assistant", content=f"[{rid}] assistant: {assistant}", timestamp=at))
+    return out
+
+
+def _question(path: Path, sample_id: str, qi: int, q: Any, qw: Where) -> Question:
+    qw.check(q, dict, "a QA object {point, question, answer, clue}")
+    text = qw.get(q, "question", str, "the question text", nonempty=True)
+    answer = qw.get(q, "answer", (str, int, float), "the gold answer")
+    category = str(qw.get(q, "point", (str, int), "the question type (FR, VS, TTL, ...)", nonempty=True))
+    evidence = tuple(_strings(q, "clue", qw))
+    parts, excluded = None, None
+    raw = qw.get(q, "question_image", str, "an image path", required=False)
+    if raw:
+        part, reason, file = _image(path, raw, question=True)
+        if part is None:
+            excluded = f"media: question {qi}: {raw}: {reason}"
+            log.warning("%s: question %d: image %s: %s; the question is excluded", path, qi, file, reason)
+        else:
+            parts = ({"type": "text", "text": text}, part)
+    return Question(question_id=f"{sample_id}:q{qi:04d}", sample_id=sample_id, question=text, answer=str(answer),
+                    category=category, evidence=evidence, question_parts=parts, excluded_reason=excluded)
 
 
 def _scenario(path: Path, raw: dict[str, Any]) -> Sample:
-    sample_id = str(raw.get("scenario_id") or path.stem)
+    sample_id = path.stem
     top = Where(f"scenario {sample_id!r}")
-    sessions_raw = top.get(raw, "sessions", list, "a list of sessions {session_id, date, rounds}")
-    profile = raw.get("user_profile")
+    profile = top.get(raw, "character_profile", dict, "an object {name, ...}", required=False, default={})
+    name = profile.get("name")
+    speaker = f"user ({name})" if isinstance(name, str) and name.strip() else "user"
     sessions: list[Session] = []
-    rounds_seen: set[str] = set()
-    for si, s in enumerate(sessions_raw, start=1):
-        where = top / "sessions" / (si - 1)
-        where.check(s, dict, "a session object {session_id, date, rounds}")
-        at = _ms(where.get(s, "date", str, "an ISO date like '2024-05-01'"), where / "date")
+    for si, s in enumerate(top.get(raw, "multi_session_dialogues", list, "a list of sessions {session_id, date, "
+                                   "dialogues}")):
+        where = top / "multi_session_dialogues" / si
+        where.check(s, dict, "a session object {session_id, date, dialogues}")
+        key = str(where.get(s, "session_id", (str, int), "a session id like 'D1'", required=False) or f"D{si + 1}")
+        at = _ms(where.get(s, "date", str, "an ISO date like '2024-06-24'"), where / "date")
         messages: list[Message] = []
-        if si == 1 and profile:
-            text = profile if isinstance(profile, str) else json.dumps(profile, ensure_ascii=False, sort_keys=True)
-            messages.append(Message(role="system", content=f"User profile: {text}", timestamp=at))
-        for ri, rnd in enumerate(where.get(s, "rounds", list, "a list of rounds")):
-            rw = where / "rounds" / ri
-            rw.check(rnd, dict, "a round object {round_id, user, assistant, image?}")
-            rid = str(rw.get(rnd, "round_id", (str, int), "a round id 'D<session>:<round>'"))
-            if not (rid.startswith("D") and ":" in rid):
-                raise (rw / "round_id").error(f"round_id {rid!r} is not 'D<session>:<round>'")
-            rounds_seen.add(rid)
-            user_text = _text(rnd, "user", rw)
-            if rnd.get("image"):
-                image_id = str(rnd.get("image_id") or Path(str(rnd["image"])).stem)
-                caption = _text(rnd, "image_caption", rw)
-                parts: list[dict[str, Any]] = []
-                if user_text:
-                    parts.append({"type": "text", "text": f"[{rid}] {user_text}"})
-                parts.append(_image_part(path.parent, rnd["image"], rw / "image"))
-                parts.append({"type": "text", "text": f"[image {image_id}] {caption}".strip()})
-                messages.append(Message.model_validate({"role": "user", "content": parts, "timestamp": at},
-                                                       context=_CTX))
-            elif user_text:
-                messages.append(Message(role="user", content=f"[{rid}] {user_text}", timestamp=at))
-            answer = _text(rnd, "assistant", rw)
-            if answer:
-                messages.append(Message(role="assistant", content=f"[{rid}] {answer}", timestamp=at))
-        sessions.append(Session(key=str(s.get("session_id") or f"session_{si}"), index=si, started_at_ms=at,
-                                messages=tuple(messages)))
-    questions: list[Question] = []
-    for qi, q in enumerate(top.get(raw, "qa", list, "a list of questions")):
-        qw = top / "qa" / qi
-        qw.check(q, dict, "a question object {question, question_type, answer, evidence}")
-        evidence = tuple(str(e) for e in qw.get(q, "evidence", list, "a list of round ids", required=False,
-                                                default=[]))
-        unknown = [e for e in evidence if e not in rounds_seen]
-        if unknown:
-            raise (qw / "evidence").error(f"evidence {unknown} names rounds the scenario does not have")
-        text = str(qw.get(q, "question", (str, int, float), "the question text"))
-        parts = None
-        if q.get("question_image"):
-            parts = ({"type": "text", "text": text},
-                     _image_part(path.parent, q["question_image"], qw / "question_image"))
-        answer = qw.get(q, "answer", (str, int, float, list), "the gold answer as text or a list of texts")
-        questions.append(Question(
-            question_id=f"{sample_id}:{q.get('question_id') or f'q{qi:04d}'}", sample_id=sample_id,
-            question=text, answer=[str(a) for a in answer] if isinstance(answer, list) else str(answer),
-            category=str(qw.get(q, "question_type", (str, int))), evidence=evidence, question_parts=parts))
-    return Sample(sample_id=sample_id, sessions=tuple(sessions), questions=tuple(questions))
+        for ri, d in enumerate(where.get(s, "dialogues", list, "a list of rounds {round, user, assistant}")):
+            rw = where / "dialogues" / ri
+            rw.check(d, dict, "a round object {round, user, assistant, input_image?}")
+            messages += _round_messages(path, d, rw, speaker, at)
+        sessions.append(Session(key=key, index=si + 1, started_at_ms=at, messages=tuple(messages)))
+    qas = top.get(raw, QA_KEY, list, "a list of QA objects {point, question, answer, clue}")
+    questions = tuple(_question(path, sample_id, qi, q, top / QA_KEY / qi) for qi, q in enumerate(qas))
+    return Sample(sample_id=sample_id, sessions=tuple(sessions), questions=questions)
+
+
+def load_scenario(path: Path) -> Sample:
+    """One scenario file -> one sample (layout: module docstring).
+
+    Raises:
+        DatasetFormatError: an empty file or invalid JSON, a missing key or one of the wrong type, a bad
+            date, image lists of different lengths; the message names the file, the scenario and the field.
+    """
+    raw = read_json(path, dict, "a scenario object {character_profile, multi_session_dialogues, "
+                                "human-annotated QAs}")
+    with in_file(path):
+        return _scenario(Path(path), raw)
+
+
+def scenario_files(path: Path) -> list[Path]:
+    """The scenario files of ``path``: the dialog folder's ``*.json`` by name (also when ``path`` holds
+    ``dialog/``), or ``path`` itself when it is a file.
+
+    Raises:
+        FileNotFoundError: no scenario file there.
+    """
+    path = Path(path)
+    if path.is_dir() and (path / "dialog").is_dir():
+        path = path / "dialog"
+    files = ([f for f in sorted(path.glob("*.json")) if not any(s in f.name for s in _NOT_SCENARIOS)]
+             if path.is_dir() else [path])
+    if not files or not files[0].is_file():
+        raise FileNotFoundError(f"no Mem-Gallery scenario files (dialog/*.json) at {path}")
+    return files
 
 
 def load_memgallery(path: Path) -> list[Sample]:
-    """All scenarios under ``path`` (a directory of ``*.json`` files, sorted by name, or one file).
+    """All scenarios under ``path`` (:func:`scenario_files`), one sample each.
 
     Raises:
         FileNotFoundError: no scenario file there.
         DatasetFormatError: see :func:`load_scenario`.
     """
-    path = Path(path)
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
-    if not files or not files[0].is_file():
-        raise FileNotFoundError(f"no Mem-Gallery scenario files (*.json) at {path}")
-    return [load_scenario(f) for f in files]
+    return [load_scenario(f) for f in scenario_files(path)]

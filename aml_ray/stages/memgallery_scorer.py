@@ -1,9 +1,11 @@
 """Scoring contract ``memgallery_f1``: Mem-Gallery's token F1 as the question's credit (no model is called).
 
-The credit of a question is :func:`aml_ray.scoring.memgallery_f1.memgallery_f1` of the answer against
-the gold (the best over several gold answers); ``verdict`` is CORRECT only for an exact token match
-(F1 = 1). Fixed answer forms ("Not mentioned.", "Yes."/"No.", sorted image ids) are matched by the same
-rule, so the answer prompt asks for exactly those forms.
+Source: Mem-Gallery ``benchmark/memengine/evaluate/evaluation.py`` ``main`` (YuanchenBei/Mem-Gallery @
+``09d49b578bb1d32ac473776311e14b3d8d53faf0``): each QA's F1 is ``f1_score(str(system_answer),
+str(original_answer))``, averaged over the questions of a category and over all questions. Here the
+credit of a question is :func:`aml_ray.scoring.memgallery_f1.memgallery_f1` of the answer (``""`` when
+there is none, as upstream's failed answers) against the gold string; a gold given as a list (not the
+published layout) takes the best of its entries. ``verdict`` is CORRECT only for F1 = 1.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ async def memgallery_scorer(rows: list[dict[str, Any]], *, endpoint=None, model=
     """Score rows in place: ``score`` = ``f1`` = token F1, ``verdict`` CORRECT iff F1 = 1.
 
     Args:
-        rows: question rows after Answer (``gold`` = JSON of the answer or a list of answers).
+        rows: question rows after Answer (``gold`` = JSON of the answer string, or of a list of answers).
     """
     for r in rows:
         if r["answer_status"] == "ok":
