@@ -195,6 +195,8 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
             "chunks": info["dataset"]["chunks"], "messages": info["dataset"]["messages"],
             "add_rows": info["evidence"]["add_rows"], "adds_ok": info["adds"]["ok"],
             "memories": stats["memories"], "duplicate_messages": stats["duplicate_messages"],
+            # the pre-flight's probe Add stores one message of its own (aml_ray.preflight)
+            "probe_messages": int(bool(info.get("preflight", {}).get("steps", {}).get("add", {}).get("ok"))),
             "duplicate_adds_acknowledged": stats["duplicate_adds_acknowledged"],
             "rows_at_removal": watcher.rows_at_removal, "counts_at_removal": watcher.counts_at_removal,
             "rows_at_dead": watcher.rows_at_dead, "removed_at_s": watcher.removed_at,
@@ -246,7 +248,7 @@ def main() -> None:
     print(f"questions scored / scorable       : {res['scored']} / {res['scorable']} "
           f"({res['question_rows']} rows, {res['distinct_questions']} distinct)")
     print(f"Add rows / chunks                 : {res['add_rows']} / {res['chunks']}")
-    print(f"messages stored / sent            : {res['memories']} / {res['messages']}; duplicates "
+    print(f"messages stored / sent            : {res['memories']} / {res['messages']} + {res['probe_messages']} probe; duplicates "
           f"{res['duplicate_messages']}; Adds re-sent and acknowledged {res['duplicate_adds_acknowledged']}")
     print("RESULT " + json.dumps(res), flush=True)
 

@@ -156,6 +156,8 @@ async def test_ignoring_user_id_fails_isolation_and_unknown_user():
 def test_every_mode_is_covered():
     covered = {m for modes, *_ in BROKEN for m in modes} | {"burst_429", "accept_any_secret", "leak_all",
                                                             "flaky_429", "flaky_503"}
+    # the run-time contract stops, tested against the run's client in tests/test_participant_client.py
+    covered |= {"wrong_echo_second_add", "success_false_second_add", "forbid_second_add", "overflow_one_search"}
     assert covered == set(MODES)
 
 

@@ -66,7 +66,8 @@ def test_job_survives_worker_node_loss(tmp_path, when):
     assert res["question_rows"] == res["distinct_questions"] == 304
     # every Add recorded once, every message stored once (re-sent Adds are de-duplicated by request_id)
     assert res["add_rows"] == res["adds_ok"] == res["chunks"]
-    assert res["duplicate_messages"] == 0 and res["memories"] == res["messages"]
+    assert res["probe_messages"] == 1
+    assert res["duplicate_messages"] == 0 and res["memories"] == res["messages"] + res["probe_messages"]
 
 
 def test_tracker_counts_a_rerun_sample_once():
