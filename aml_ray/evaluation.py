@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -203,6 +204,22 @@ def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
         raise ValueError("cannot resume: the run would change; " + "; ".join(diffs))
 
 
+#: What run.json's ``wall_s`` covers (issue 25, item 5).
+WALL_COVERS = ("the whole command: from the process start (interpreter, imports, dataset load and check, "
+               "inputs, pre-flight, Ray start, actor pools, Adds and Searches, Answer and Judge, scoring) "
+               "to the final run.json; timings splits it")
+
+
+def process_started_at() -> float:
+    """This process's start as a ``time.time()`` value (Linux ``/proc``); now where it cannot be read."""
+    try:
+        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        boot = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 def _media_limits(track: str, cfg: EvaluationConfig):
     """The media limits of a multimodal dataset's run (None for Textual and Coding).
 
@@ -258,6 +275,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     failed or some questions have no result, within the failure budget), derived from the evidence by
     :func:`aml_ray.outcome.run_outcome`.
     """
+    command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     spec = get_dataset(cfg.dataset)
     run_dir = RunDir(cfg.out_dir)
     media = _media_limits(spec.track, cfg)  # refuses a text-only answer model for the multimodal track
@@ -334,8 +352,12 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         model_total = 0 if cfg.retrieval_only else inputs.n_scorable
         on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
                                "answer": model_total, "judge": model_total})
+    timings: dict[str, float] = {"before_ray_s": round(time.time() - command_t0, 3)}
+    t_ray = time.perf_counter()
     started_ray = init_ray(num_cpus=num_cpus)
+    timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)  # 0 when Ray was already running
     t0 = time.perf_counter()
+    pipeline_report: dict[str, Any] = {}
     try:
         questions = run_pipeline(
             inputs, run_dir=run_dir, answer=cfg.answer, judge=cfg.judge,
@@ -346,10 +368,12 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
             judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
             participant_key=cfg.participant_key,
-            retrieval_only=cfg.retrieval_only,
+            retrieval_only=cfg.retrieval_only, report=pipeline_report,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
-        info.update(status="failed", error=exc.summary, failure=exc.failure, wall_s=round(time.perf_counter() - t0, 3),
+        timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
+        info.update(status="failed", error=exc.summary, failure=exc.failure, wall_s=round(time.time() - command_t0, 3),
+                    wall_covers=WALL_COVERS, timings=timings, **pipeline_report,
                     finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise
@@ -358,7 +382,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             import ray
 
             ray.shutdown()
-    wall_s = time.perf_counter() - t0
+    timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
+    t_scoring = time.perf_counter()
     # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
     adds = read_adds(run_dir)
     with_dataset = questions.with_columns(pl.lit(spec.name).alias("dataset"))
@@ -366,14 +391,15 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     by_checkpoint = checkpoint_tables(with_dataset, run_dir, samples, cfg.stream_checkpoints,
                                       retrieval_table if cfg.retrieval_only else aggregate)
     write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
-    search_lat = questions.filter(pl.col("search_status") == "ok")["search_latency_ms"]
+    searched = questions.filter(pl.col("search_status") == "ok")
+    search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
     leaks = check_isolation(inputs, run_dir)
     recall = evidence_recall(samples, run_dir)
     outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                           isolation=leaks)
     info.update(
         status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
-        wall_s=round(wall_s, 3), isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
+        isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
         evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
         **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
         **({"error": outcome.summary} if outcome.status != "completed" else {}),
@@ -381,13 +407,18 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
               "retried": int((adds["attempts"] > 1).sum()),
               "retries_by_status": retries_by_status(adds["retried_statuses"]),
-              "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"])},
-        search={"latency_ms": latency_summary(search_lat),
+              "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"]),
+              "queue_ms": latency_summary(adds.filter(pl.col("status") == "ok")["queue_ms"])},
+        search={"latency_ms": latency_summary(search_lat), "queue_ms": latency_summary(searched["search_queue_ms"]),
+                "latency_is": "time at the participant (sent to reply); queue_ms: waiting for an in-flight slot",
                 "retried": int((questions["search_attempts"].fill_null(0) > 1).sum()),
                 "failed": int((questions["search_status"] == "error").sum()),
                 "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
         **usage_summary(questions),
     )
+    timings["scoring_s"] = round(time.perf_counter() - t_scoring, 3)
+    info.update(wall_s=round(time.time() - command_t0, 3), wall_covers=WALL_COVERS, timings=timings,
+                **pipeline_report)
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
                        "models": info["models"], "retrieval_only": cfg.retrieval_only,
                        "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"],
@@ -513,7 +544,8 @@ class BundleOutcome:
         reason: one line saying why, for ``skipped`` and ``failed``.
         result: the dataset's :class:`EvaluationResult` when it ran.
         score / score_se / coverage / n_total / n_scored: the dataset row of Overall.
-        task_averages: secondary metrics (name -> value), e.g. LongMemEval's task-averaged accuracy.
+        task_averages: secondary metrics (name -> value), task averages then subsets
+            (:func:`aml_ray.suite.secondary_metrics`), e.g. LongMemEval's task-averaged and abstention accuracy.
         substitute_for: the primary bundle this one stands in for, if any.
         deviations: how the run differs from the release baseline.
         credits: the per-question credits behind ``score`` (non-excluded questions, errors 0), for the
@@ -640,7 +672,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
     """
     from aml_ray.datasets.fetch import DatasetError
     from aml_ray.datasets.registry import DATASETS
-    from aml_ray.suite import baseline_deviations, check_bundle, datasets_dir, load_suite, release_baseline
+    from aml_ray.suite import baseline_deviations, check_bundle, datasets_dir, load_suite, release_baseline, secondary_metrics
 
     suite = load_suite(cfg.suite)
     root = datasets_dir(cfg.datasets_dir)
@@ -704,14 +736,11 @@ def evaluate_suite(cfg: SuiteConfig, *,
                     stopped = f"the suite stopped after {bundle.name}: {exc.summary}"
                 else:
                     row = _dataset_row(result.table)
-                    accuracy = {r["category"]: r["accuracy"] for r in result.table.to_dicts()}
                     outcome.status, outcome.result = "ran", result
                     outcome.score, outcome.score_se = row.get("accuracy"), row.get("accuracy_se")
                     outcome.coverage, outcome.n_total, outcome.n_scored = (row.get("coverage"), row.get("n_total", 0),
                                                                            row.get("n_scored", 0))
-                    for avg in bundle.task_averages:
-                        values = [accuracy[c] for c in avg.categories if accuracy.get(c) is not None]
-                        outcome.task_averages[avg.name] = sum(values) / len(values) if values else None
+                    outcome.task_averages = secondary_metrics(bundle, result.questions)  # task averages, subsets
                     outcome.deviations = baseline_deviations(suite, bundle, result.run_info)
                     if result.run_info["status"] != "completed":  # partial: fewer Adds or questions than the bundle
                         outcome.deviations.append(f"run {result.run_info['status']}: {result.run_info.get('error')}")

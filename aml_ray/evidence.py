@@ -66,6 +66,8 @@ ADD_SCHEMA = pa.schema([
     ("http_status", pa.int32()), ("attempts", pa.int32()), ("retried_statuses", pa.list_(pa.int32())),
     ("latency_ms", pa.float64()), ("elapsed_ms", pa.float64()), ("contract", pa.string()),
     ("error", pa.string()),
+    # ms the Add waited for an in-flight slot (latency_ms is its time at the participant; issue 25, item 5)
+    ("queue_ms", pa.float64()),
     # the source turns the chunk carried (aml_ray.datasets.base.turn_ids: "D<session>:<turn>")
     ("turn_ids", pa.list_(pa.string())),
 ])
@@ -85,6 +87,8 @@ QUESTION_SCHEMA = pa.schema([
     # search
     ("search_status", pa.string()), ("search_http_status", pa.int32()), ("search_attempts", pa.int32()),
     ("search_retried_statuses", pa.list_(pa.int32())), ("search_latency_ms", pa.float64()),
+    # ms the Search waited for an in-flight slot; search_latency_ms is its time at the participant
+    ("search_queue_ms", pa.float64()),
     ("search_request_sha256", pa.string()), ("contract", pa.string()), ("search_error", pa.string()),
     ("memories", pa.list_(MEMORY_TYPE)), ("n_memories", pa.int32()),
     # answer context (participant order, cut to the token budget)
@@ -111,7 +115,7 @@ QUESTION_INPUT_TYPE = pa.struct([QUESTION_SCHEMA.field(name) for name in QUESTIO
 
 #: The columns the Search fills (:func:`search_columns`), in ``QUESTION_SCHEMA`` order.
 SEARCH_COLUMNS = ("search_status", "search_http_status", "search_attempts", "search_retried_statuses",
-                  "search_latency_ms", "search_request_sha256", "contract", "search_error", "memories",
+                  "search_latency_ms", "search_queue_ms", "search_request_sha256", "contract", "search_error", "memories",
                   "n_memories")
 SEARCH_SCHEMA = pa.schema([QUESTION_SCHEMA.field(name) for name in SEARCH_COLUMNS])
 
@@ -134,6 +138,7 @@ def search_columns(outcomes: list[dict[str, Any]]) -> pa.Table:
         "search_attempts": [o["attempts"] for o in outcomes],
         "search_retried_statuses": [o["retried_statuses"] for o in outcomes],
         "search_latency_ms": [o["latency_ms"] for o in outcomes],
+        "search_queue_ms": [o.get("queue_ms") for o in outcomes],
         "search_request_sha256": [o["request_sha256"] for o in outcomes],
         "contract": ["ok" if o["status"] == "ok" else None for o in outcomes],
         "search_error": [o["error"] for o in outcomes],
@@ -147,7 +152,7 @@ def search_columns(outcomes: list[dict[str, Any]]) -> pa.Table:
 #: category, statuses, scores, latencies and token counts, without the memories, question, gold, answer or
 #: judge text that make a row large (about 100 bytes a row instead of kilobytes).
 SUMMARY_COLUMNS = ("question_id", "category", "excluded", "status", "search_status", "search_attempts",
-                   "search_retried_statuses", "search_latency_ms", "context_tokens", "memories_cut",
+                   "search_retried_statuses", "search_latency_ms", "search_queue_ms", "context_tokens", "memories_cut",
                    "prompt_tokens", "completion_tokens", "answer_cached", "cost_usd", "verdict", "judge_verdicts",
                    "score", "f1", "bleu1", "n_memories")
 

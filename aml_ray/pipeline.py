@@ -183,6 +183,7 @@ def run_pipeline(
     retrieval_only: bool = False,
     job_key: str | None = None,
     participant_key: str | None = None,
+    report: dict | None = None,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -210,6 +211,9 @@ def run_pipeline(
         participant_key: the non-secret version key under which the participant's client is shared
             with other jobs of this driver (:func:`aml_ray.actors.shared.acquire_participant_client`);
             None derives it from the spec's non-secret fields.
+        report: filled with ``participant_concurrency``: the participant client's adaptive in-flight
+            limit (:meth:`aml_ray.actors.participant.ParticipantClient.concurrency`: declared, min, max,
+            final, trajectory), read before the client is released, whether or not the run failed.
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
@@ -305,6 +309,11 @@ def run_pipeline(
             poller.join(timeout=2)
         if on_progress is not None:
             on_progress(ray.get(tracker.snapshot.remote()))
+        if report is not None:
+            try:
+                report["participant_concurrency"] = ray.get(client.concurrency.remote(), timeout=10)
+            except Exception as exc:  # noqa: BLE001 - a lost client actor: the run's own error says why
+                report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         for lease in leases:
             lease.release()
         ray.kill(tracker)

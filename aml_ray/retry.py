@@ -31,6 +31,11 @@ class TransientError(Exception):
         reason: short description (``"HTTP 503"``, ``"ConnectError"``); never holds a secret.
         status: the HTTP status, or None for a transport error.
         retry_after_s: seconds the server asked us to wait (Retry-After), if any.
+
+    Attributes:
+        queue_ms: how long the failed attempt waited for an in-flight slot before it was sent (set by
+            :class:`aml_ray.actors.participant.ParticipantClient`; 0 when unknown), summed into the
+            request's ``queue_ms``.
     """
 
     def __init__(self, reason: str, status: int | None = None, retry_after_s: float | None = None):
@@ -38,6 +43,7 @@ class TransientError(Exception):
         self.reason = reason
         self.status = status
         self.retry_after_s = retry_after_s
+        self.queue_ms = 0.0
 
     def __reduce__(self):
         return (TransientError, (self.reason, self.status, self.retry_after_s))

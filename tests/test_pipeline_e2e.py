@@ -73,6 +73,24 @@ def test_run_json_is_complete(two_sample_run):
     assert info["dataset"]["questions_by_category"] == {"1": 43, "2": 63, "3": 13, "4": 114, "5": 71}
 
 
+def test_run_json_says_what_its_wall_time_and_latencies_cover(two_sample_run):
+    """Issue 25 (5): wall time covers the whole command; latency is the participant's, queue wait apart."""
+    info, run_dir = two_sample_run.run_info, two_sample_run.run_dir
+    assert "process start" in info["wall_covers"] and "Ray start" in info["wall_covers"]
+    t = info["timings"]
+    assert set(t) == {"before_ray_s", "ray_start_s", "pipeline_s", "scoring_s"}
+    assert info["wall_s"] >= t["before_ray_s"] + t["ray_start_s"] + t["pipeline_s"] + t["scoring_s"] - 0.01
+    scored = read_questions(run_dir).filter(pl.col("search_status") == "ok")
+    adds = read_adds(run_dir)
+    assert scored["search_queue_ms"].null_count() == 0 and (scored["search_queue_ms"] >= 0).all()
+    assert adds["queue_ms"].null_count() == 0
+    assert info["search"]["queue_ms"]["n"] == scored.height == info["search"]["latency_ms"]["n"]
+    assert info["search"]["latency_ms"]["p50"] == pytest.approx(scored["search_latency_ms"].median())
+    c = info["participant_concurrency"]
+    assert c["adaptive"] is True and c["declared"] == 64 and 1 <= c["min"] <= c["final"] <= c["max"] <= 64
+    assert c["replies"] == 55 + 233 and c["trajectory"][0] == [0, 1]
+
+
 def test_search_results_never_cross_user_ids(two_sample_run):
     questions = read_questions(two_sample_run.run_dir).filter(~pl.col("excluded"))
     rows = questions.select("user_id", "memories").to_dicts()

@@ -31,6 +31,7 @@ from aiolimiter import AsyncLimiter
 from yarl import URL
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from aml_ray.actors.adaptive import AdaptiveLimit
 from aml_ray.actors.fair import FairQueue
 from aml_ray.contract import (
     AddRequest,
@@ -66,6 +67,10 @@ class ParticipantSpec(BaseModel):
         retry: the bounded backoff policy.
         media: the Multimodal suite's media limits (set by the evaluation for a multimodal dataset);
             None keeps requests and Search results strings-only (Textual, Coding).
+        adaptive_concurrency: True (default): the requests in flight follow the participant's latency,
+            between 1 and ``max_in_flight`` (:class:`aml_ray.actors.adaptive.AdaptiveLimit`, issue 29), so a
+            participant that serves one request at a time is not sent 64 to queue; False: always
+            ``max_in_flight`` once there is work for them.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -81,6 +86,7 @@ class ParticipantSpec(BaseModel):
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     retry: RetryPolicy = RetryPolicy()
     media: MediaLimits | None = None
+    adaptive_concurrency: bool = True
 
     @field_validator("add_url", "search_url", "health_url", "add_status_url")
     @classmethod
@@ -107,7 +113,8 @@ class ParticipantSpec(BaseModel):
         """A secret-free description for run.json."""
         return {"add_url": self.add_url, "search_url": self.search_url, "health_url": self.health_url,
                 "auth": self.auth, "max_in_flight": self.max_in_flight,
-                "requests_per_s": self.requests_per_s, "timeout_s": self.timeout_s}
+                "requests_per_s": self.requests_per_s, "timeout_s": self.timeout_s,
+                "adaptive_concurrency": self.adaptive_concurrency}
 
 
 class ParticipantError(Exception):
@@ -173,8 +180,12 @@ class ParticipantClient:
             use_arrow_ipc_serialization()  # search_table's columns cross the object store as one IPC stream
         self.spec = spec
         self._client: aiohttp.ClientSession | None = None
-        self._queue: FairQueue[tuple[URL, bytes, asyncio.Future]] | None = None  # attempts waiting to be sent
+        # attempts waiting to be sent: (url, body, reply, perf_counter when queued)
+        self._queue: FairQueue[tuple[URL, bytes, asyncio.Future, float]] | None = None
         self._senders: list[asyncio.Task] = []  # max_in_flight tasks, each sends one attempt at a time
+        # how many of the senders may send now (issue 29); senders at or above it wait in _parked
+        self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency)
+        self._parked: dict[int, asyncio.Future] = {}
         self._limiter: AsyncLimiter | None = None
         # endpoint -> its parsed URL: aiohttp parses a str URL on every request (a URL object measured
         # cheaper: docs/benchmarks.md)
@@ -192,7 +203,7 @@ class ParticipantClient:
                 headers={"Content-Type": "application/json", **self.spec.auth_headers()},
             )
             self._queue = FairQueue()
-            self._senders = [asyncio.get_running_loop().create_task(self._sender()) for _ in range(n)]
+            self._senders = [asyncio.get_running_loop().create_task(self._sender(i)) for i in range(n)]
             if self.spec.requests_per_s:
                 rate = self.spec.requests_per_s
                 # Burst of max(1, rate/10) tokens per 1/10 s keeps the rate smooth (aiolimiter's bucket).
@@ -205,6 +216,7 @@ class ParticipantClient:
             task.cancel()
         await asyncio.gather(*self._senders, return_exceptions=True)
         self._senders = []
+        self._parked.clear()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -213,7 +225,19 @@ class ParticipantClient:
         secret = self.spec.secret.get_secret_value() if self.spec.secret else ""
         return text.replace(secret, "***") if secret else text
 
-    async def _sender(self) -> None:
+    def concurrency(self) -> dict[str, Any]:
+        """The in-flight limit's trajectory so far (:meth:`aml_ray.actors.adaptive.AdaptiveLimit.describe`)."""
+        return self.limit.describe()
+
+    def _unpark(self) -> None:
+        """Wake the parked senders the limit now allows (index below :meth:`AdaptiveLimit.allowed`)."""
+        allowed = self.limit.allowed()
+        for index in [i for i in self._parked if i < allowed]:
+            waiter = self._parked.pop(index)
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _sender(self, index: int = 0) -> None:
         """One of ``max_in_flight`` tasks: take the next attempt from the queue, send it, hand back the reply.
 
         Why senders and not a semaphore around each request: a freed semaphore slot wakes a waiting task,
@@ -221,11 +245,20 @@ class ParticipantClient:
         between grant and send; docs/benchmarks.md), whereas a sender whose reply has arrived sends the next
         queued attempt in the same step, as a plain client loop does. The queue gives Adds before
         Searches (:class:`aml_ray.actors.fair.FairQueue`): a sample's Adds gate all of its Searches.
+
+        Sender ``index`` sends only while ``index`` is below the adaptive limit (:attr:`limit`); above it,
+        it parks until the limit grows. The time an attempt waited for its slot (queued, parked senders,
+        the rate limiter) is handed back apart from its time at the participant (issue 25, item 5).
         """
         assert self._client is not None and self._queue is not None
-        client, queue = self._client, self._queue
+        client, queue, limit = self._client, self._queue, self.limit
+        loop = asyncio.get_running_loop()
         while True:
-            url, data, reply = await queue.get()
+            if index >= limit.allowed():
+                waiter = self._parked[index] = loop.create_future()
+                await waiter
+                continue
+            url, data, reply, queued = await queue.get()
             if reply.done():  # its caller was cancelled while it waited
                 continue
             if self._limiter is not None:
@@ -243,8 +276,12 @@ class ParticipantClient:
                 if not reply.done():
                     reply.set_exception(exc)
                 continue
+            latency_ms = (time.perf_counter() - t0) * 1000
+            limit.record(url, latency_ms)
+            if self._parked:
+                self._unpark()
             if not reply.done():
-                reply.set_result((status, raw, retry_after, (time.perf_counter() - t0) * 1000))
+                reply.set_result((status, raw, retry_after, latency_ms, (t0 - queued) * 1000))
 
     def _target(self, url: str) -> URL:
         return self._targets.get(url) or self._targets.setdefault(url, URL(url))
@@ -269,14 +306,16 @@ class ParticipantClient:
         return exc
 
     async def _attempt(self, url: str, data: bytes, retry_statuses: frozenset[int], stage: str,
-                       rid: str) -> tuple[int, bytes, float]:
+                       rid: str) -> tuple[int, bytes, float, float]:
+        """One attempt: ``(status, body, latency_ms at the participant, queue_ms waiting for a slot)``."""
         self._ensure()
         assert self._queue is not None
         reply: asyncio.Future = asyncio.get_running_loop().create_future()
-        item, priority = (self._target(url), data, reply), _ADD_FIRST if stage == "add" else _SEARCH_AFTER
+        item = (self._target(url), data, reply, time.perf_counter())
+        priority = _ADD_FIRST if stage == "add" else _SEARCH_AFTER
         self._queue.put("", item, priority)
         try:
-            status, raw, retry_after, latency_ms = await reply
+            status, raw, retry_after, latency_ms, queue_ms = await reply
         except asyncio.CancelledError:
             self._queue.remove("", item, priority)  # not sent yet: it never will be
             raise
@@ -287,10 +326,13 @@ class ParticipantClient:
             raise error from None
         try:
             self._check_reply(status, raw, retry_after, retry_statuses, stage, rid)
-        except ParticipantError as exc:  # completed into the request's outcome by _stopped
-            exc.outcome = {"http_status": status, "latency_ms": latency_ms}
+        except TransientError as exc:  # its wait for a slot counts in the request's queue_ms (_retry)
+            exc.queue_ms = queue_ms
             raise
-        return status, raw, latency_ms
+        except ParticipantError as exc:  # completed into the request's outcome by _stopped
+            exc.outcome = {"http_status": status, "latency_ms": latency_ms, "queue_ms": queue_ms}
+            raise
+        return status, raw, latency_ms, queue_ms
 
     def _stopped(self, exc: ContractError | ParticipantError, outcome: dict[str, Any],
                  t0: float | None = None) -> ContractError | ParticipantError:
@@ -327,7 +369,7 @@ class ParticipantClient:
     @staticmethod
     def _outcome(rid: str, data: bytes) -> dict[str, Any]:
         return {"request_id": rid, "request_sha256": request_hash(data), "attempts": 1, "retried_statuses": [],
-                "http_status": None, "latency_ms": None, "status": "error", "error": None}
+                "http_status": None, "latency_ms": None, "queue_ms": 0.0, "status": "error", "error": None}
 
     async def _call(self, url: str, payload: dict[str, Any], retry_statuses: frozenset[int], stage: str,
                     rid: str) -> dict[str, Any]:
@@ -336,12 +378,12 @@ class ParticipantClient:
         t0 = time.perf_counter()
         try:
             # Fast path: most requests succeed at once, so the retry loop is only built after a failure.
-            status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
+            status, raw, latency, queued = await self._attempt(url, data, retry_statuses, stage, rid)
         except TransientError as exc:
             return await self._retry(url, data, retry_statuses, stage, outcome, exc, t0)
         except ParticipantError as exc:
             raise self._stopped(exc, outcome, t0) from None
-        outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
+        outcome.update(http_status=status, latency_ms=latency, queue_ms=queued, status="ok", raw=raw)
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
 
@@ -363,6 +405,7 @@ class ParticipantClient:
             ParticipantError: a retry got a status that is not retried (with ``outcome``: :meth:`_stopped`).
         """
         rid = outcome["request_id"]
+        outcome["queue_ms"] += getattr(first, "queue_ms", 0.0)
         outcome["retried_statuses"].append(first.status or 0)
         outcome["http_status"] = first.status
         replay: TransientError | None = first
@@ -374,8 +417,9 @@ class ParticipantClient:
                         raise failed
                     outcome["attempts"] += 1
                     try:
-                        status, raw, latency = await self._attempt(url, data, retry_statuses, stage, rid)
+                        status, raw, latency, queued = await self._attempt(url, data, retry_statuses, stage, rid)
                     except TransientError as again:
+                        outcome["queue_ms"] += getattr(again, "queue_ms", 0.0)
                         outcome["retried_statuses"].append(again.status or 0)
                         outcome["http_status"] = again.status
                         raise
@@ -386,6 +430,7 @@ class ParticipantClient:
             outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
             return outcome
         outcome.update(http_status=status, latency_ms=latency, status="ok", raw=raw)
+        outcome["queue_ms"] += queued
         outcome["elapsed_ms"] = (time.perf_counter() - t0) * 1000
         return outcome
 
@@ -610,8 +655,9 @@ class _SearchBatch:
     async def run(self) -> list[dict[str, Any]]:
         queue = self.client._queue
         assert queue is not None
+        now = time.perf_counter()
         for i, data in enumerate(self.data):
-            queue.put("", (self.url, data, _BatchReply(self, i)), _SEARCH_AFTER)
+            queue.put("", (self.url, data, _BatchReply(self, i), now), _SEARCH_AFTER)
         try:
             await self.finished
         finally:
@@ -619,21 +665,23 @@ class _SearchBatch:
                 task.cancel()
         return self.results  # type: ignore[return-value]
 
-    def replied(self, i: int, status: int, raw: bytes, retry_after: str | None, latency_ms: float) -> None:
+    def replied(self, i: int, status: int, raw: bytes, retry_after: str | None, latency_ms: float,
+                queue_ms: float) -> None:
         if self.finished.done():  # failed or cancelled since the reply came
             return
         request, ref = self.requests[i]
         try:
             self.client._check_reply(status, raw, retry_after, SEARCH_RETRY_STATUSES, "search", ref)
             outcome = self.client._outcome(ref, self.data[i])
-            outcome.update(http_status=status, latency_ms=latency_ms, status="ok",
+            outcome.update(http_status=status, latency_ms=latency_ms, queue_ms=queue_ms, status="ok",
                            elapsed_ms=(time.perf_counter() - self.t0) * 1000,
                            memories=self.client._memories(raw, status, request, ref))
         except TransientError as exc:
+            exc.queue_ms = queue_ms
             self._retry(i, exc)
         except (ContractError, ParticipantError) as exc:  # stops the run: with the Search's outcome (evidence)
             stopped = self.client._outcome(ref, self.data[i])
-            stopped.update(http_status=status, latency_ms=latency_ms, elapsed_ms=(time.perf_counter() - self.t0) * 1000)
+            stopped.update(http_status=status, latency_ms=latency_ms, queue_ms=queue_ms, elapsed_ms=(time.perf_counter() - self.t0) * 1000)
             self.fail(self.client._stopped(exc, stopped))
         except Exception as exc:  # noqa: BLE001 - never into the sender: it fails this batch's caller
             self.fail(exc)
@@ -692,7 +740,7 @@ class _BatchReply:
     def done(self) -> bool:  # the batch failed or was cancelled: not sent, or its reply not wanted
         return self.batch.finished.done()
 
-    def set_result(self, reply: tuple[int, bytes, str | None, float]) -> None:
+    def set_result(self, reply: tuple[int, bytes, str | None, float, float]) -> None:
         # checked on the loop's next turn: the sender first sends the next queued attempt (measured faster
         # than checking here: docs/benchmarks.md)
         asyncio.get_running_loop().call_soon(self.batch.replied, self.index, *reply)

@@ -41,7 +41,7 @@ def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: 
             "request_id": add["request_id"], "user_id": add["user_id"], "session_id": add["session_id"],
             "n_messages": len(add["messages"]), "request_sha256": o["request_sha256"], "status": o["status"],
             "http_status": o["http_status"], "attempts": o["attempts"], "retried_statuses": o["retried_statuses"],
-            "latency_ms": o["latency_ms"], "elapsed_ms": o["elapsed_ms"],
+            "latency_ms": o["latency_ms"], "elapsed_ms": o["elapsed_ms"], "queue_ms": o.get("queue_ms"),
             "contract": "ok" if o["status"] == "ok" else None, "error": o["error"], "turn_ids": meta.get("turn_ids")}
 
 

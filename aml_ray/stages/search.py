@@ -34,7 +34,8 @@ def stopped_question_row(questions: pa.Table, outcome: dict[str, Any]) -> dict[s
     row = {name: value for name, value in row.items() if name in QUESTION_SCHEMA.names}
     row.update(search_status=outcome["status"], search_http_status=outcome["http_status"],
                search_attempts=outcome["attempts"], search_retried_statuses=outcome["retried_statuses"],
-               search_latency_ms=outcome["latency_ms"], search_request_sha256=outcome["request_sha256"],
+               search_latency_ms=outcome["latency_ms"], search_queue_ms=outcome.get("queue_ms"),
+               search_request_sha256=outcome["request_sha256"],
                contract=outcome["contract"], search_error=outcome["error"])
     return row
 

@@ -1,0 +1,147 @@
+"""An in-flight limit that finds a participant's capacity from its latency (issue 29).
+
+A participant declares how many requests it takes at once (``max_in_flight``), but many real memory
+systems serve one request at a time whatever they declare: sending them 64 at once only queues 63 at the
+server, where every request's latency becomes the queue's (a Search of 37 ms reported as 2,960 ms), and
+nothing is gained. :class:`AdaptiveLimit` keeps the number of requests in flight where adding one more
+still buys throughput rather than queueing, bounded by the declared ``max_in_flight``.
+
+The rule (a latency gradient with slow start, in the manner of TCP Vegas and Netflix's
+concurrency-limits ``Gradient2``):
+
+- Each endpoint (Add, Search) keeps its own *baseline*: the least latency seen over its last
+  ``2 * baseline_samples`` replies (an Add takes far longer than a Search; each is compared with its own
+  kind). A reply's *ratio* is its latency over its endpoint's baseline.
+- Every ``max(min_window, limit)`` replies (about one round of the limit), the median ratio of the window
+  decides: at most ``tolerance``: the participant served them about as fast as unloaded, so the limit
+  grows (doubles until the first decrease, then by one a window); above: requests queued at the
+  participant, and the limit shrinks to ``limit * tolerance / median`` (at most halved), so that the
+  expected latency comes back under ``tolerance`` times the baseline.
+
+A participant that serves one request at a time answers ``n`` requests in flight in about ``n`` times
+its service time: at 2 in flight the median ratio is about 2 (> 1.5) and the limit falls to 1; at 1 it
+is about 1 and the limit grows to 2, so such a participant has one or two requests in flight. One that
+serves all it declares answers at its baseline (plus the client's own jitter) whatever the number in
+flight, and its limit climbs to the declared one. Only latency drives it: error statuses (429/503) are
+retried by the retry policy and do not move the limit, so a participant's faults never shrink it.
+
+Plain Python, no Ray, no clock: tested directly (``tests/test_adaptive_limit.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable
+from typing import Any
+
+#: Largest ratio of median latency to baseline taken as "not queueing" (see the module docstring).
+DEFAULT_TOLERANCE = 1.5
+#: Fewest replies a decision reads (a limit of 1 would otherwise decide on every reply).
+MIN_WINDOW = 4
+#: Replies per baseline epoch: the baseline is the least latency of this epoch and the one before.
+BASELINE_SAMPLES = 256
+#: Most limit changes kept in :meth:`AdaptiveLimit.describe`'s trajectory (the first ones, then the last).
+TRAJECTORY_KEEP = 200
+
+
+class _Baseline:
+    """The least latency of the current and the previous epoch of ``size`` replies (ms)."""
+
+    __slots__ = ("size", "count", "current", "previous")
+
+    def __init__(self, size: int):
+        self.size, self.count = size, 0
+        self.current = self.previous = float("inf")
+
+    def add(self, latency_ms: float) -> float:
+        self.current = min(self.current, latency_ms)
+        self.count += 1
+        if self.count >= self.size:
+            self.previous, self.current, self.count = self.current, float("inf"), 0
+        return min(self.current, self.previous)
+
+
+class AdaptiveLimit:
+    """How many requests may be in flight to one participant now: between 1 and ``max_limit``.
+
+    Args:
+        max_limit: the declared ``max_in_flight`` (the limit never exceeds it).
+        initial: the starting limit (default 1: slow start finds the declared limit in about
+            ``log2(max_limit)`` windows when the participant keeps up).
+        tolerance: largest median latency / baseline ratio taken as "not queueing" (> 1).
+        min_window: fewest replies per decision.
+        baseline_samples: replies per baseline epoch (:class:`_Baseline`).
+        enabled: False: the limit stays at ``max_limit`` (the declared capacity as a fixed limit).
+
+    Raises:
+        ValueError: ``max_limit`` < 1, ``tolerance`` <= 1 or ``min_window`` < 1, naming the argument.
+    """
+
+    def __init__(self, max_limit: int, *, initial: int = 1, tolerance: float = DEFAULT_TOLERANCE,
+                 min_window: int = MIN_WINDOW, baseline_samples: int = BASELINE_SAMPLES, enabled: bool = True):
+        if max_limit < 1:
+            raise ValueError(f"max_limit must be >= 1, got {max_limit}")
+        if tolerance <= 1:
+            raise ValueError(f"tolerance must be > 1 (a latency ratio), got {tolerance}")
+        if min_window < 1:
+            raise ValueError(f"min_window must be >= 1, got {min_window}")
+        self.max_limit, self.tolerance, self.min_window = max_limit, tolerance, min_window
+        self.enabled = enabled
+        self.limit = float(max_limit if not enabled else max(1, min(initial, max_limit)))
+        self._slow_start = True
+        self._baseline_samples = baseline_samples
+        self._baselines: dict[Hashable, _Baseline] = {}
+        self._window: list[float] = []
+        self._seen_min = self._seen_max = self.allowed()
+        self._decisions = 0
+        self._head: list[tuple[int, int]] = [(0, self.allowed())]  # (replies so far, allowed) at each change
+        self._tail: list[tuple[int, int]] = []
+        self._replies = 0
+
+    def allowed(self) -> int:
+        """Requests that may be in flight now: ``floor(limit)``, between 1 and ``max_limit``."""
+        return max(1, min(self.max_limit, int(self.limit)))
+
+    def record(self, key: Hashable, latency_ms: float) -> None:
+        """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply)."""
+        self._replies += 1
+        if not self.enabled:
+            return
+        baseline = self._baselines.get(key)
+        if baseline is None:
+            baseline = self._baselines[key] = _Baseline(self._baseline_samples)
+        floor = baseline.add(max(latency_ms, 1e-3))
+        self._window.append(latency_ms / max(floor, 1e-3))
+        if len(self._window) >= max(self.min_window, self.allowed()):
+            self._decide(statistics.median(self._window))
+            self._window.clear()
+
+    def _decide(self, median_ratio: float) -> None:
+        before = self.allowed()
+        self._decisions += 1
+        if median_ratio <= self.tolerance:
+            grown = self.limit * 2 if self._slow_start else self.limit + 1
+            self.limit = min(float(self.max_limit), grown)
+        else:
+            self._slow_start = False
+            self.limit = max(1.0, self.limit * max(0.5, self.tolerance / median_ratio))
+        now = self.allowed()
+        if now != before:
+            self._seen_min, self._seen_max = min(self._seen_min, now), max(self._seen_max, now)
+            change = (self._replies, now)
+            if len(self._head) < TRAJECTORY_KEEP // 2:
+                self._head.append(change)
+            else:
+                self._tail = [*self._tail[-(TRAJECTORY_KEEP // 2 - 1):], change]
+
+    def describe(self) -> dict[str, Any]:
+        """The limit's trajectory for run.json.
+
+        Returns:
+            ``{"adaptive", "declared", "min", "max", "final", "decisions", "replies", "trajectory"}``:
+            ``min``/``max``/``final`` of the allowed in-flight count; ``trajectory`` ``[[replies, allowed],
+            ...]``, one entry per change (the first and last :data:`TRAJECTORY_KEEP` / 2 kept).
+        """
+        return {"adaptive": self.enabled, "declared": self.max_limit, "min": self._seen_min,
+                "max": self._seen_max, "final": self.allowed(), "decisions": self._decisions,
+                "replies": self._replies, "trajectory": [list(c) for c in self._head + self._tail]}
