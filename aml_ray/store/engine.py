@@ -44,8 +44,19 @@ def database_url(env: dict[str, str] | None = None) -> str:
     return f"sqlite:///{path}"
 
 
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 if missing, else set its mode to 0600 (owner read/write only).
+
+    The SQLite file holds hashed keys, encrypted credentials and private results: not world-readable
+    (issue 28). SQLite gives its ``-wal`` and ``-shm`` files the database file's mode.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
 def make_engine(url: str, *, schema: str | None = None) -> Engine:
-    """An engine for ``url``; SQLite gets foreign keys on, WAL and a busy timeout.
+    """An engine for ``url``; SQLite gets foreign keys on, WAL, a busy timeout and a 0600 file.
 
     Args:
         url: a SQLAlchemy URL (``sqlite:///path`` or ``postgresql+psycopg://...``).
@@ -64,6 +75,7 @@ def make_engine(url: str, *, schema: str | None = None) -> Engine:
         pool = {}
         if database and database != ":memory:":
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            private_file(Path(database).expanduser())
             # one pooled connection per request thread (FastAPI runs sync routes on 40 threads): a smaller
             # pool reopened a connection for most requests under concurrent reads (measured, load drill)
             pool = {"pool_size": SQLITE_POOL_SIZE, "max_overflow": 10}

@@ -89,24 +89,6 @@ def jobs_for_key(session: Session, key_id: str) -> list[Job]:
     return list(session.scalars(select(Job).where(Job.key_id == key_id).order_by(Job.created_at.desc())))
 
 
-def queued_job_ids(session: Session) -> list[str]:
-    """Ids of queued jobs, oldest first (the worker picks these up after a restart)."""
-    return list(session.scalars(select(Job.id).where(Job.status == "queued").order_by(Job.created_at)))
-
-
-def fail_interrupted(session: Session) -> int:
-    """Mark jobs left ``running`` by a stopped service as failed.
-
-    Returns:
-        How many jobs were marked.
-    """
-    n = 0
-    for job in session.scalars(select(Job).where(Job.status == "running")):
-        mark_failed(job, "interrupted: the service stopped while the job ran; start a new job")
-        n += 1
-    return n
-
-
 def mark_running(job: Job, run_dir: str) -> None:
     """Record that the worker started ``job`` in ``run_dir``."""
     job.status, job.stage, job.started_at, job.run_dir = "running", "starting", utcnow(), run_dir
@@ -138,6 +120,7 @@ def mark_completed(session: Session, job: Job) -> None:
     """Finish ``job`` and stamp its quota row's completion time (the full-run unlock clock)."""
     now = utcnow()
     job.status, job.stage, job.finished_at = "completed", "completed", now
+    job.lease_owner, job.lease_expires_at = None, None
     usage = session.scalar(select(QuotaUsage).where(QuotaUsage.job_id == job.id))
     if usage is not None:
         usage.completed_at = now
@@ -152,6 +135,7 @@ def mark_failed(job: Job, summary: str, *, status: str = "failed") -> None:
     the platform's capacity; the hourly limit is what it protects).
     """
     job.status, job.finished_at, job.error_summary = status, utcnow(), summary[:2000]
+    job.lease_owner, job.lease_expires_at = None, None
     session = object_session(job)
     if job.mode == "full" and session is not None:
         usage = session.scalar(select(QuotaUsage).where(QuotaUsage.job_id == job.id))

@@ -11,7 +11,7 @@ import secrets
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -147,7 +147,7 @@ class Job(Base):
     """One evaluation of a version in a mode (smoke | full) under a unique run label per key."""
 
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("key_id", "run_label"),)
+    __table_args__ = (UniqueConstraint("key_id", "run_label"), Index("ix_jobs_status_created", "status", "created_at"))
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=lambda: new_id("job"))
     key_id: Mapped[str] = mapped_column(ForeignKey("leaderboard_keys.id"), index=True)
     version_id: Mapped[str] = mapped_column(ForeignKey("versions.id"), index=True)
@@ -164,6 +164,11 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
+    #: the database queue's lease (aml_ray.store.queue): who runs the job and until when, and how many
+    #: times it was claimed (a claim after an expired lease resumes the run from its evidence)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column()
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     stages: Mapped[list[JobStage]] = relationship(order_by="JobStage.position", cascade="all, delete-orphan")
 
 
@@ -226,6 +231,9 @@ class PublicSubmission(Base):
     overall: Mapped[float | None] = mapped_column(Float)
     coverage: Mapped[float | None] = mapped_column(Float)
     per_dataset: Mapped[dict[str, Any]] = mapped_column()
+    #: the answer model and suite (name@version) the row was measured with, shown per board row
+    answer_model: Mapped[str | None] = mapped_column(String(200))
+    suite: Mapped[str | None] = mapped_column(String(100))
     published_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
