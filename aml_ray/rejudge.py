@@ -25,7 +25,7 @@ from aml_ray.prompts import load_prompt
 from aml_ray.scoring import aggregate
 from aml_ray.stages.scorers import get_scorer
 
-JUDGE_COLUMNS = ("verdict", "judge_raw", "judge_status", "judge_error", "judge_attempts", "judge_verdicts",
+JUDGE_COLUMNS = ("verdict", "judge_raw", "judge_raw_all", "judge_status", "judge_error", "judge_attempts", "judge_verdicts",
                  "score", "score_detail", "f1", "bleu1", "status")
 
 

@@ -64,7 +64,8 @@ def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: b
     lexical = bundle.scorer in LEXICAL_SCORERS
     t = Table(title=f"{bundle.name}: {bundle.title} ({bundle.scorer})",
               caption=f"score = mean credit over all non-excluded questions (errors count 0) {_ci_caption()}; "
-                      "coverage = scored / total" + ("; OFFLINE answerer and judge: not official scores" if offline else ""))
+                      f"coverage = scored / total; {bundle.judge_protocol_label}"
+                      + ("; OFFLINE answerer and judge: not official scores" if offline else ""))
     cols = ["category", "n", "scored", "errors", "excluded", "coverage", "score"] + (["F1", "BLEU-1"] if lexical else [])
     for c in cols:
         t.add_column(c, justify="left" if c == "category" else "right")

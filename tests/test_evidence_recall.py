@@ -47,9 +47,11 @@ def test_table_means_over_questions_with_evidence():
             {"category": "2", "n_evidence": 0, "n_unresolved": 0, "first_rank": None, "recall@1": None,
              "recall_exact@1": None}]
     table = {r["category"]: r for r in recall_table(rows, ks=(1,))}
+    # the interval of two questions' recall (0.5 and 0.0): resamples' means are 0, 0.25 or 0.5
     assert table["1"] == {"category": "1", "n": 2, "n_unresolved": 1, "recall@1": 0.25, "recall_exact@1": 0.25,
-                          "hit_share": 0.5, "median_first_rank": 1.0}
+                          "recall@1_ci_low": 0.0, "recall@1_ci_high": 0.5, "hit_share": 0.5, "median_first_rank": 1.0}
     assert table["2"]["n"] == 0 and table["2"]["recall@1"] is None and table["overall"]["n"] == 2
+    assert (table["2"]["recall@1_ci_low"], table["2"]["recall@1_ci_high"]) == (None, None)
 
 
 def test_locomo_turn_ids_are_its_dia_ids(locomo_file):

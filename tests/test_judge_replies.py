@@ -115,3 +115,13 @@ async def test_offline_judge_records_its_one_explanation(fake):
     await judge_rows(rows, endpoint=OFFLINE_JUDGE, model=None, prompt=load_prompt("locomo_judge"))
     assert rows[0]["verdict"] == "CORRECT" and rows[0]["judge_raw_all"] == [rows[0]["judge_raw"]]
     assert fake.calls == []
+
+
+async def test_an_empty_reply_is_kept_as_an_empty_string(fake):
+    # an empty reply is asked again; the audit lists it too, so judge_raw_all has one entry per reply
+    fake.script = lambda p, n: Reply("" if n == 0 else LABEL_CORRECT)
+    rows = [answered("Paris")]
+    await judge(fake, rows)
+    row = rows[0]
+    assert row["verdict"] == "CORRECT" and row["judge_raw_all"] == ["", LABEL_CORRECT]
+    assert len(fake.calls) == 2

@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 
+import polars as pl
 import pytest
 from pydantic import ValidationError
 
@@ -242,7 +243,10 @@ def test_each_dataset_is_scored_with_coverage_and_its_contract(suite_run):
         assert info["bundle"]["counts_checked"] is True and info["limit_samples"] == 2
         assert info["run_id"] == result.info["run_id"]
     lme = ran["longmemeval_oracle"]
-    assert set(lme.task_averages) == {"task-averaged accuracy"}
+    assert list(lme.task_averages) == ["task-averaged accuracy", "abstention accuracy"]  # the bundle's order
+    abs_rows = lme.result.questions.filter(pl.col("question_id").str.contains("_abs", literal=True))
+    # the first two oracle samples hold no abstention question: the subset is None, not 0.0
+    assert abs_rows.height == 0 and lme.task_averages["abstention accuracy"] is None
     assert "stands in for longmemeval_s, which is absent" in lme.deviations
     assert ran["longmemeval_oracle"].result.run_info["prompts"]["judge"]["name"] == "longmemeval_judge"
     lme_rows = ran["longmemeval_oracle"].result.questions
@@ -284,6 +288,11 @@ def test_tables_print_each_dataset_and_overall_with_coverage(suite_run):
     console.print(overall_table(result, offline=True))
     text = console.export_text()
     assert "longmemeval_oracle: LongMemEval oracle" in text and "task-averaged accuracy" in text
+    assert "abstention accuracy" in text
+    # each dataset's caption names its judge protocol (the bundle's label, e.g. "judge protocol aml-ray: ...")
+    for o in result.outcomes:
+        if o.status == "ran":
+            assert result.suite.bundle(o.name).judge_protocol_label in " ".join(text.split()), o.name
     assert "clbench: CL-bench" in text and "coverage" in text
     assert "Overall: suite textual" in text and "2 dataset(s)" in text and "unweighted mean" in text
     for name in ("locomo", "locomo_refined", "longmemeval_s", "personamem"):

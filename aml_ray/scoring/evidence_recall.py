@@ -24,7 +24,9 @@ space, the ``"<speaker>: "`` prefix the adapters render kept as sent):
 Per question with at least one resolved unit: ``recall@K`` = units covered by the first K memories /
 resolved units, for K in :data:`KS`; ``first_rank`` = the 1-based rank of the first memory that covers
 any unit (None when none does). Per category and overall: the mean ``recall@K`` over those questions,
-the share of them with a hit, and the median ``first_rank`` of those with one.
+with a 95 % percentile bootstrap interval for the headline (fuzzy) rule (question-level, the rule of
+:mod:`aml_ray.scoring.bootstrap`, issue 25), the share of them with a hit, and the median ``first_rank``
+of those with one.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from statistics import median
 from typing import Any
 
 from aml_ray.datasets.base import Sample, turn_ids
+from aml_ray.scoring.bootstrap import mean_ci
 
 #: The K of recall@K (Top K is at most 100: the formal Top K).
 KS = (1, 5, 10, 25, 100)
@@ -197,12 +200,13 @@ def recall_rows(samples: Iterable[Sample], rows: Iterable[dict[str, Any]]) -> It
 
 
 def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int] = KS) -> list[dict[str, Any]]:
-    """Per category, then ``overall``: questions with evidence, mean recall@K by both rules, hit share and
-    the median first rank (module docstring).
+    """Per category, then ``overall``: questions with evidence, mean recall@K by both rules with the fuzzy
+    rule's bootstrap interval, hit share and the median first rank (module docstring).
 
     Returns:
-        ``[{"category", "n", "n_unresolved", "recall@K"..., "recall_exact@K"..., "hit_share",
-        "median_first_rank"}, ...]``; a category whose questions have no evidence has ``n`` 0 and None figures.
+        ``[{"category", "n", "n_unresolved", "recall@K"..., "recall@K_ci_low"..., "recall@K_ci_high"...,
+        "recall_exact@K"..., "hit_share", "median_first_rank"}, ...]``; a category whose questions have no
+        evidence has ``n`` 0 and None figures.
     """
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -214,6 +218,8 @@ def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int] = KS) -> list
                                  "n_unresolved": sum(r["n_unresolved"] for r in members)}
         for name in [f"recall@{k}" for k in ks] + [f"recall_exact@{k}" for k in ks]:
             entry[name] = sum(r[name] for r in scored) / len(scored) if scored else None
+        for k in ks:
+            entry[f"recall@{k}_ci_low"], entry[f"recall@{k}_ci_high"] = mean_ci([r[f"recall@{k}"] for r in scored])
         ranks = [r["first_rank"] for r in scored if r["first_rank"] is not None]
         entry["hit_share"] = len(ranks) / len(scored) if scored else None
         entry["median_first_rank"] = float(median(ranks)) if ranks else None

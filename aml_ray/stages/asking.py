@@ -29,10 +29,12 @@ async def ask_until_parsed(model, prompts: list[str], parse: Callable[[str, int]
         first_uses_cache: whether the first ask may read the reply cache (repeated judge runs pass False).
 
     Returns:
-        Per prompt, in order: ``{"value", "raw", "error", "attempts"}``; ``value`` is None when every ask
-        failed, and ``error`` then says why (the last parse error or the call's error).
+        Per prompt, in order: ``{"value", "raw", "error", "attempts", "replies"}``; ``value`` is None when
+        every ask failed, and ``error`` then says why (the last parse error or the call's error);
+        ``replies`` lists the text of every reply that came back, in the order asked, an empty reply as
+        ``""`` (a call that failed without a reply adds nothing).
     """
-    results = [{"value": None, "raw": None, "error": "not judged", "attempts": 0} for _ in prompts]
+    results = [{"value": None, "raw": None, "error": "not judged", "attempts": 0, "replies": []} for _ in prompts]
     pending = list(range(len(prompts)))
     for round_ in range(1 + max_parse_retries):
         if not pending:
@@ -45,6 +47,8 @@ async def ask_until_parsed(model, prompts: list[str], parse: Callable[[str, int]
             res = results[i]
             res["attempts"] += o["attempts"]
             res["raw"] = o["text"] or res["raw"]
+            if o["status"] == "ok" or o["error"] == "empty reply":
+                res["replies"].append(o["text"] or "")
             if o["status"] != "ok":
                 res["error"] = o["error"]
                 if o["error"] == "empty reply":

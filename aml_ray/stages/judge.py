@@ -42,18 +42,13 @@ def golds_of(gold_json: str) -> list[str]:
 async def _judge_once(rows: list[dict[str, Any]], model, prompt: Prompt, max_parse_retries: int,
                       first_uses_cache: bool) -> list[tuple[str | None, str | None, str | None, int, list[str]]]:
     """One judging run: ``(label, raw, error, attempts, replies)`` per row; ``replies`` holds every reply
-    text that came back, in the order asked."""
+    text that came back, in the order asked, an empty one as ``""``."""
     texts = [prompt.render(question=r["question"], gold=" | ".join(golds_of(r["gold"])), answer=r["answer"])
              for r in rows]
-    replies: list[list[str]] = [[] for _ in rows]
-
-    def parse(text: str, i: int) -> str:
-        replies[i].append(text)
-        return parse_judge_label(text)
-
-    got = await ask_until_parsed(model, texts, parse, prompt_sha256=prompt.sha256, max_tokens=JUDGE_MAX_TOKENS,
-                                 max_parse_retries=max_parse_retries, first_uses_cache=first_uses_cache)
-    return [(g["value"], g["raw"], g["error"], g["attempts"], replies[i]) for i, g in enumerate(got)]
+    got = await ask_until_parsed(model, texts, lambda text, _i: parse_judge_label(text), prompt_sha256=prompt.sha256,
+                                 max_tokens=JUDGE_MAX_TOKENS, max_parse_retries=max_parse_retries,
+                                 first_uses_cache=first_uses_cache)
+    return [(g["value"], g["raw"], g["error"], g["attempts"], g["replies"]) for g in got]
 
 
 async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,

@@ -64,7 +64,7 @@ async def yes_no_rows(rows: list[dict[str, Any]], *, endpoint, model, prompt, f1
                  judge_status="ok" if first["value"] else "error",
                  judge_attempts=sum(run[i]["attempts"] for run in runs),
                  judge_verdicts=[run[i]["value"] or "judge_error" for run in runs],
-                 judge_raw_all=[run[i]["raw"] for run in runs if run[i]["raw"]])
+                 judge_raw_all=[reply for run in runs for reply in run[i]["replies"]])
     for r in rows:
         if r["answer_status"] == "ok":
             golds = golds_of(r["gold"])
