@@ -1,4 +1,4 @@
-"""``create_app(settings)``: the FastAPI application (API, public pages, OpenAPI at ``/docs``).
+"""``create_app(settings)``: the FastAPI application (API, pages, OpenAPI at ``/docs`` with local assets).
 
 The store is migrated to head at start-up; the job worker starts with the app's lifespan.
 """
@@ -9,12 +9,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 import aml_ray
 from aml_ray.security import SecretBox
 from aml_ray.serve_app.deps import Service
 from aml_ray.serve_app.errors import install_error_handlers
-from aml_ray.serve_app.routes import access, admin, jobs, keys, leaderboard, pages, results
+from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, jobs, keys,
+                                      leaderboard, pages, results)
+from aml_ray.serve_app.templating import STATIC_DIR
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.serve_app.worker import JobWorker
 from aml_ray.store import make_engine, session_factory, upgrade
@@ -61,11 +64,15 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                 service.worker.stop()
             service.engine.dispose()
 
-    app = FastAPI(title="aml-ray", version=aml_ray.__version__, lifespan=lifespan,
+    app = FastAPI(title="aml-ray", version=aml_ray.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Agent Memory Leaderboard service: access requests, keys, smoke and full jobs, "
                               "private results, review and the public leaderboard.")
     app.state.service = service
     install_error_handlers(app)
-    for module in (access, keys, jobs, results, admin, leaderboard, pages):
+    for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
+                   docs_pages):
         app.include_router(module.router)
+    # /docs and /redoc assets from the fastapi-offline package (no CDN), then the pages' own assets
+    app.mount(docs_pages.DOCS_STATIC, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

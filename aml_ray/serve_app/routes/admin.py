@@ -14,6 +14,7 @@ from aml_ray.serve_app.routes.access import request_out
 from aml_ray.serve_app.schemas import AccessRequestOut, Decision
 from aml_ray.store.access import approve_access_request, list_access_requests, reject_access_request
 from aml_ray.store.audit import admin_actions, log_admin_action
+from aml_ray.store.delivery import hold_issued_key
 from aml_ray.store.keys import rotate_credentials
 from aml_ray.store.results import approve_review, list_reviews, reject_review
 
@@ -27,8 +28,12 @@ def access_requests(admin: AdminDep, session: SessionDep, status: str | None = "
 
 
 @router.post("/access-requests/{request_id}/approve")
-def approve_request(request_id: str, admin: AdminDep, session: SessionDep) -> dict[str, Any]:
-    """Approve: a ``new_key`` request returns the new Leaderboard API key, once; it is stored only as a hash."""
+def approve_request(request_id: str, admin: AdminDep, session: SessionDep, service: ServiceDep) -> dict[str, Any]:
+    """Approve: a ``new_key`` request returns the new Leaderboard API key, once; it is stored only as a hash.
+
+    The key is also held, encrypted, for the submitter's status read (``delivered_to_submitter``), so the
+    admin need not pass it on.
+    """
     approval = approve_access_request(session, request_id, actor=admin)
     log_admin_action(session, actor=admin, action="access_request.approve", target=request_id,
                      detail={"version_id": approval.version.id, "kind": approval.request.kind})
@@ -36,6 +41,7 @@ def approve_request(request_id: str, admin: AdminDep, session: SessionDep) -> di
                             "system_id": approval.version.system_id}
     if approval.key is not None:
         body["leaderboard_key"] = approval.key
+        body["delivered_to_submitter"] = hold_issued_key(session, service.box, request_id, approval.key)
         body["note"] = "shown once: the platform keeps only a hash of this key"
     return body
 
