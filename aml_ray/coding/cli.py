@@ -78,7 +78,10 @@ def run(
     max_total_tokens: Annotated[int, typer.Option(min=1, help="Agent tokens per attempt.")] = 200_000,
     wall_clock_s: Annotated[float, typer.Option(help="Test wall-clock limit, seconds.")] = 300.0,
     memory_mb: Annotated[int, typer.Option(help="Test address-space limit, MiB.")] = 4096,
-    network: Annotated[str, typer.Option(help="auto | netns | env (subprocess sandbox).")] = "auto",
+    pids_limit: Annotated[int, typer.Option(min=8, help="Most processes/threads the tests may have.")] = 256,
+    unsandboxed: Annotated[bool, typer.Option(
+        "--unsandboxed", help="UNSAFE: run the tests without namespaces (no read-only root, no pid or network "
+                              "namespace); recorded as unsandboxed in run.json and every attempt.")] = False,
     python: Annotated[Optional[str], typer.Option(help="Interpreter that runs the tests.")] = None,
     container_image: Annotated[Optional[str], typer.Option(help="Run tests in this image ({instance_id} is "
                                                            "replaced) instead of a subprocess.")] = None,
@@ -92,7 +95,7 @@ def run(
     from aml_ray.coding.agent import AgentBudget
     from aml_ray.coding.bench import load_bench
     from aml_ray.coding.runner import CodingRunConfig, CodingRunFailed, run_coding
-    from aml_ray.coding.sandbox import ContainerSandbox, SandboxConfig, SubprocessSandbox
+    from aml_ray.coding.sandbox import ContainerSandbox, SandboxConfig, SandboxUnavailable, SubprocessSandbox
     from aml_ray.coding.swecontextbench import lite_bench
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.ids import new_run_id
@@ -103,11 +106,19 @@ def run(
         loaded = load_bench(bench) if bench else lite_bench(swecontextbench, experience_dir=experience,
                                                             snapshots_dir=snapshots)
         answer = model_endpoint_from_env("answer")
-        config = SandboxConfig(wall_clock_s=wall_clock_s, memory_mb=memory_mb, network=network, python=python)
+        config = SandboxConfig(wall_clock_s=wall_clock_s, memory_mb=memory_mb, pids_limit=pids_limit,
+                               unsandboxed=unsandboxed, python=python)
     except (FileNotFoundError, ValueError) as exc:
         _fail(str(exc))
     sandbox = (ContainerSandbox(container_image, config, runtime=container_runtime) if container_image
                else SubprocessSandbox(config))
+    try:
+        sandbox.check()
+    except SandboxUnavailable as exc:
+        _fail(str(exc))
+    if unsandboxed:
+        console.print("[bold red]--unsandboxed: the tests run WITHOUT isolation; every attempt records "
+                      "isolation=unsandboxed[/]")
     run_id = new_run_id()
     out = out or Path("runs") / run_id
     out.mkdir(parents=True, exist_ok=True)

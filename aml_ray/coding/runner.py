@@ -279,7 +279,9 @@ class _Attempts:
             row.update(status="sandbox_error", sandbox_status="error", error=f"{type(exc).__name__}: {exc}")
             return
         f2p = set(task.fail_to_pass)
-        row.update(sandbox_status=report.status, sandbox_detail=report.detail, timed_out=report.timed_out,
+        detail = "; ".join(filter(None, [report.detail, report.harness_restored and (
+            "harness files the diff touched, restored from the snapshot: " + ", ".join(report.harness_restored))]))
+        row.update(sandbox_status=report.status, sandbox_detail=detail or None, timed_out=report.timed_out,
                    tests=[{"nodeid": t, "kind": "FAIL_TO_PASS" if t in f2p else "PASS_TO_PASS", "outcome": o}
                           for t, o in report.tests.items()],
                    tests_wall_s=report.wall_s, isolation=report.isolation, files_changed=report.files_changed,
@@ -358,11 +360,13 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
     Raises:
         CodingRunFailed: a contract error or non-retryable participant status; run.json says ``failed``.
         FileExistsError: ``out_dir`` holds a run and ``resume`` is False.
+        SandboxUnavailable: this host cannot provide the sandbox's isolation (nothing was started).
     """
     import json
 
     from aml_ray.ray_runtime import init_ray
 
+    cfg.sandbox.check()  # refuse to start where the sandbox cannot isolate the tests (no silent fallback)
     run_dir = RunDir(cfg.out_dir)
     if run_dir.run_json.exists():
         if not cfg.resume:

@@ -2,26 +2,31 @@
 
 One :class:`Sandbox` interface, two ways to run the tests:
 
-- :class:`SubprocessSandbox` (this machine): ``python -m pytest`` in a subprocess in its own process
-  group, with a wall-clock limit (the whole group is killed with SIGKILL when it passes), an address-space
-  limit (``RLIMIT_AS``), a file-size limit (``RLIMIT_FSIZE``) and no core files, set by
-  ``resource.setrlimit`` in ``preexec_fn``. Network: with ``network="auto"`` the tests run in a fresh
-  network namespace (``unshare --net --map-root-user``, loopback brought up) when the kernel allows
-  unprivileged user namespaces, which leaves no route out; otherwise only best effort: the environment
-  is rebuilt from an allow-list, so no proxy variable, API key or secret of the platform reaches the
-  tests (``no_proxy=*``). The report records which isolation held (``isolation``).
+- :class:`SubprocessSandbox` (this machine): ``python -m pytest`` through :mod:`aml_ray.coding.jail`,
+  in fresh user, mount, pid, network, IPC and UTS namespaces: a read-only root holding only the
+  system's and the interpreter's files, the task's copy writable at ``/testbed``, a fresh ``/proc``
+  of the sandbox's own processes, no network but loopback, a process-count limit (``RLIMIT_NPROC`` in
+  the new user namespace), an address-space limit, a file-size limit, no core files, an environment
+  built from scratch, and every descendant killed when the tests end or the wall-clock limit strikes
+  (pid 1 of the namespace exits). When the host cannot provide one of these, :meth:`Sandbox.check`
+  raises :class:`SandboxUnavailable` naming what failed and the run refuses to start; there is no
+  silent fallback. ``SandboxConfig(unsandboxed=True)`` (``--unsandboxed``) is the one, explicit way to
+  run without it; every report then says ``isolation="unsandboxed"``.
 - :class:`ContainerSandbox` (an operator's container runtime, e.g. Docker or Podman with SWE-bench
   images): the same preparation, then ``<runtime> run --network none --memory ... <image>`` with the
   patched copy mounted where the image expects the repository.
 
 Preparation (both): the snapshot (a directory, or a ``.tar``/``.tar.gz``/``.tgz``/``.zip`` archive,
 extracted with path checks) is copied to a fresh temporary folder; the candidate diff is applied
-(refused when it touches paths outside the repository, see :mod:`aml_ray.coding.diffs`); the files the
-hidden ``test_patch`` touches are restored to the snapshot's version and the test patch is applied
-(as SWE-bench's harness does); then the FAIL_TO_PASS and PASS_TO_PASS node ids run in one pytest
-process. A pytest plugin outside the repository copy writes one JSON line per test event, so tests
-finished before a timeout keep their result; the test running at the timeout is ``timeout``, tests never
-started are ``not_run``.
+(refused when it touches paths outside the repository, see :mod:`aml_ray.coding.diffs`); every
+harness file the diff touched (conftest.py, pytest configuration, start-up hooks, test files: see
+:mod:`aml_ray.coding.harness`), the scored tests' files and the files the hidden ``test_patch`` touches
+are restored to the snapshot's version and the test patch is applied (as SWE-bench's harness does);
+then the FAIL_TO_PASS and PASS_TO_PASS node ids run in one pytest process. A pytest plugin outside the
+repository copy writes one JSON line per test event, so tests finished before a timeout keep their
+result; the test running at the timeout is ``timeout``, tests never started are ``not_run``. Each line
+carries a per-run token the plugin takes out of the environment before any repository code loads; lines
+without it are ignored.
 
 On Ray, :func:`sandbox_remote` runs :meth:`Sandbox.run` as a task with ``max_retries`` (a worker that
 dies is retried; a failing test is a result, not an exception). On a multi-node cluster the snapshot
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -50,7 +56,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff, diff_paths
+from aml_ray.coding import harness
+from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff, check_path, diff_paths
 
 #: Per-test outcomes in a report. ``xfail`` counts as a pass and ``skipped`` is left out of the
 #: resolved rule, as in SWE-bench's grading; see :mod:`aml_ray.coding.scoring`.
@@ -59,13 +66,16 @@ ReportStatus = Literal["ok", "timeout", "refused", "apply_failed", "no_snapshot"
 
 PLUGIN_MODULE = "aml_sandbox_plugin"
 RESULTS_ENV = "AML_SANDBOX_RESULTS"
+TOKEN_ENV = "AML_SANDBOX_TOKEN"
 _PLUGIN_SOURCE = '''"""Written by aml-ray's sandbox: one JSON line per pytest event (survives a kill)."""
 import json, os
 
-_PATH = os.environ["AML_SANDBOX_RESULTS"]
+_PATH = os.environ.pop("AML_SANDBOX_RESULTS")
+_TOKEN = os.environ.pop("AML_SANDBOX_TOKEN", "")
 
 
 def _write(record):
+    record["token"] = _TOKEN
     with open(_PATH, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(record) + "\\n")
 
@@ -80,6 +90,11 @@ def pytest_runtest_logreport(report):
 '''
 #: Environment variables copied into the tests' environment (everything else is dropped).
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
+#: Files of the host's /etc visible (read-only) inside the subprocess sandbox; passwd, group and hosts
+#: are synthetic (only the sandbox's user, only localhost).
+ETC_ALLOW = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
+             "/etc/timezone", "/etc/nsswitch.conf", "/etc/mime.types", "/etc/fonts", "/etc/ssl")
+JAIL = Path(__file__).with_name("jail.py")
 
 
 class SandboxConfig(BaseModel):
@@ -90,8 +105,13 @@ class SandboxConfig(BaseModel):
         memory_mb: address-space limit in MiB (``RLIMIT_AS``; default 4,096). Address space, not resident
             memory: thread stacks and BLAS arenas count, so leave headroom.
         file_size_mb: largest file the tests may write, in MiB (``RLIMIT_FSIZE``; default 512).
-        network: ``auto`` (a network namespace when available, else env-only), ``netns`` (required;
-            an error if unavailable) or ``env`` (env-only, best effort).
+        pids_limit: most processes and threads the tests may have at once (``RLIMIT_NPROC`` counted in
+            the sandbox's own user namespace; default 256).
+        tmp_mb: size of each private tmpfs (``/tmp``, ``/dev/shm``, home) in MiB (default 512).
+        readonly_paths: extra host paths made visible read-only at the same place (e.g. data the
+            repository's tests need); the interpreter's prefixes are added automatically.
+        unsandboxed: run without the namespaces (process group, rlimits and the clean environment
+            only). Unsafe for untrusted diffs; every report says ``isolation="unsandboxed"``.
         python: the interpreter that runs pytest (default: this one); an operator points it at the
             repository's environment.
         output_tail_chars: characters of the test output kept in the report (default 8,000).
@@ -105,7 +125,10 @@ class SandboxConfig(BaseModel):
     wall_clock_s: float = Field(default=300.0, gt=0)
     memory_mb: int = Field(default=4096, ge=64)
     file_size_mb: int = Field(default=512, ge=1)
-    network: Literal["auto", "netns", "env"] = "auto"
+    pids_limit: int = Field(default=256, ge=8)
+    tmp_mb: int = Field(default=512, ge=16)
+    readonly_paths: tuple[str, ...] = ()
+    unsandboxed: bool = False
     python: str | None = None
     output_tail_chars: int = Field(default=8000, ge=0)
     plugin_autoload: bool = False
@@ -152,7 +175,9 @@ class TestReport(BaseModel):
         wall_s: seconds the test process ran.
         returncode: pytest's exit status (None when it did not run or was killed).
         files_changed: repository paths the diff wrote.
-        isolation: ``netns``, ``env-only`` or ``container``.
+        isolation: ``namespaces`` (with ``proc=fresh`` or ``proc=empty``), ``container`` or
+            ``unsandboxed``.
+        harness_restored: harness files the diff touched that were put back before the tests ran.
         config: the limits and settings in force.
         output_tail: the end of the test output.
     """
@@ -167,6 +192,7 @@ class TestReport(BaseModel):
     wall_s: float | None = None
     returncode: int | None = None
     files_changed: list[str] = Field(default_factory=list)
+    harness_restored: list[str] = Field(default_factory=list)
     isolation: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     output_tail: str = ""
@@ -185,6 +211,10 @@ class ExecResult:
 
 class SandboxError(Exception):
     """The platform side of a sandbox run failed (not the candidate's fault)."""
+
+
+class SandboxUnavailable(SandboxError):
+    """This host cannot provide the isolation the sandbox promises; the message names what is missing."""
 
 
 def _safe_extract(archive: Path, dest: Path) -> None:
@@ -235,8 +265,8 @@ def materialize_snapshot(snapshot: str | Path, dest: Path) -> Path:
     return dest
 
 
-def _outcomes(results_file: Path, tests: tuple[str, ...], timed_out: bool) -> dict[str, TestOutcome]:
-    """Per-test outcomes from the plugin's JSON lines (rules in the module docstring)."""
+def _outcomes(results_file: Path, tests: tuple[str, ...], timed_out: bool, token: str) -> dict[str, TestOutcome]:
+    """Per-test outcomes from the plugin's JSON lines carrying ``token`` (rules in the module docstring)."""
     started: set[str] = set()
     final: dict[str, TestOutcome] = {}
     if results_file.is_file():
@@ -245,6 +275,8 @@ def _outcomes(results_file: Path, tests: tuple[str, ...], timed_out: bool) -> di
                 rec = json.loads(line)
             except ValueError:
                 continue  # a line cut by the kill
+            if not isinstance(rec, dict) or rec.get("token") != token:
+                continue  # not written by the plugin
             node = rec.get("nodeid", "")
             if rec.get("event") == "start":
                 started.add(node)
@@ -279,18 +311,6 @@ def _limit_preexec(limits: SandboxConfig):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply_limits
-
-
-@lru_cache(maxsize=1)
-def netns_available() -> bool:
-    """Whether ``unshare --net --map-root-user`` works here (unprivileged user + network namespaces)."""
-    if not shutil.which("unshare"):
-        return False
-    try:
-        return subprocess.run(["unshare", "--net", "--map-root-user", "true"], capture_output=True,
-                              timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: SandboxConfig, log: Path,
@@ -338,16 +358,22 @@ class Sandbox(ABC):
         return {"kind": self.kind, "config": self.config.model_dump()}
 
     @abstractmethod
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob) -> ExecResult:
-        """Run pytest on ``job.tests`` in ``repo``; the plugin is in ``workdir/plugin`` and must leave
-        its lines in ``workdir/results.jsonl``.
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
+        """Run pytest on ``job.tests`` in ``repo``; the plugin is in ``workdir/plugin``, gets ``token`` in
+        :data:`TOKEN_ENV` and must leave its lines in ``workdir/out/results.jsonl``.
 
         Raises:
             SandboxError: the test command cannot be started (reported as ``error``).
         """
 
+    def check(self) -> None:
+        """Raise :class:`SandboxUnavailable` when this host cannot run the sandbox as promised.
+
+        The default checks nothing; :class:`SubprocessSandbox` and :class:`ContainerSandbox` override it.
+        """
+
     def run(self, job: SandboxJob) -> TestReport:
-        """Prepare, apply, test and report.
+        """Prepare, apply, restore the harness, test and report.
 
         Args:
             job: the snapshot, the candidate diff, the hidden test patch and the node ids.
@@ -367,7 +393,14 @@ class Sandbox(ABC):
             except SandboxError as exc:
                 return TestReport(status="error", detail=str(exc), **base)
             hidden = diff_paths(job.test_patch) if job.test_patch else []
-            originals = {p: (repo / p).read_bytes() if (repo / p).is_file() else None for p in hidden}
+            touched: list[str] = []
+            if job.diff.strip():
+                try:
+                    touched = [p for p in diff_paths(job.diff) if _inside(repo, p)]
+                except (DiffRefused, DiffApplyError):
+                    pass  # apply_diff below reports it
+            originals = harness.snapshot_bytes(repo, [p for p in harness.protected_paths(touched, job.tests, hidden)
+                                                      if _inside(repo, p)])
             changed: list[str] = []
             if job.diff.strip():
                 try:
@@ -378,34 +411,40 @@ class Sandbox(ABC):
                 except DiffApplyError as exc:
                     return TestReport(status="apply_failed", detail=str(exc),
                                       tests={t: "not_run" for t in job.tests}, **base)
+            # the candidate's edits to the harness (conftest.py, pytest config, tests) do not count
+            restored = harness.restore(repo, originals, changed)
             if job.test_patch:
-                for rel, data in originals.items():  # the candidate's edits to test files do not count
-                    target = repo / rel
-                    if data is None:
-                        target.unlink(missing_ok=True)
-                    else:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(data)
                 try:
                     apply_diff(repo, job.test_patch)
                 except (DiffRefused, DiffApplyError) as exc:
                     return TestReport(status="error", detail=f"the task's test_patch does not apply: {exc}",
-                                      files_changed=changed, **base)
+                                      files_changed=changed, harness_restored=restored, **base)
             plugin = workdir / "plugin"
             plugin.mkdir()
             (plugin / f"{PLUGIN_MODULE}.py").write_text(_PLUGIN_SOURCE, encoding="utf-8")
+            token = secrets.token_hex(16)
             try:
-                res = self.execute(workdir, repo, job)
+                res = self.execute(workdir, repo, job, token)
             except SandboxError as exc:
-                return TestReport(status="error", detail=str(exc), files_changed=changed, **base)
-            tests = _outcomes(workdir / "results.jsonl", job.tests, res.timed_out)
+                return TestReport(status="error", detail=str(exc), files_changed=changed,
+                                  harness_restored=restored, **base)
+            tests = _outcomes(workdir / "out" / "results.jsonl", job.tests, res.timed_out, token)
             detail = (f"stopped by the wall-clock limit of {self.config.wall_clock_s:g} s" if res.timed_out
                       else None)
             return TestReport(status="timeout" if res.timed_out else "ok", detail=detail, tests=tests,
                               timed_out=res.timed_out, wall_s=res.wall_s, returncode=res.returncode,
-                              files_changed=changed, isolation=res.isolation, output_tail=res.output, **base)
+                              files_changed=changed, harness_restored=restored, isolation=res.isolation,
+                              output_tail=res.output, **base)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _inside(repo: Path, rel: str) -> bool:
+    try:
+        check_path(repo, rel)
+    except DiffRefused:
+        return False
+    return True
 
 
 def pytest_args(tests: tuple[str, ...], rootdir: str) -> list[str]:
@@ -414,43 +453,150 @@ def pytest_args(tests: tuple[str, ...], rootdir: str) -> list[str]:
             f"--rootdir={rootdir}", *tests]
 
 
+@lru_cache(maxsize=8)
+def interpreter_prefixes(python: str) -> tuple[str, ...]:
+    """The host folders an interpreter needs (``sys.prefix``, ``sys.base_prefix`` and the exec prefixes).
+
+    Raises:
+        SandboxUnavailable: the interpreter does not run.
+    """
+    code = ("import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
+            "sys.base_exec_prefix]))")
+    try:
+        out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True)
+        paths = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise SandboxUnavailable(f"the tests' interpreter {python!r} does not run: {exc}") from exc
+    keep: list[str] = []
+    for p in sorted({os.path.realpath(x) for x in paths} | {os.path.abspath(x) for x in paths}, key=len):
+        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in keep):
+            keep.append(p)
+    return tuple(keep)
+
+
+_CHECKED: dict[tuple[str, bool], str] = {}
+
+
 class SubprocessSandbox(Sandbox):
-    """Tests in a local subprocess with rlimits and (when possible) a network namespace."""
+    """Tests in fresh Linux namespaces through :mod:`aml_ray.coding.jail` (see the module docstring)."""
 
     kind = "subprocess"
 
-    def test_env(self, workdir: Path) -> dict[str, str]:
-        """The tests' environment: an allow-list of this process's variables plus sandbox paths.
+    def describe(self) -> dict[str, Any]:
+        iso = "unsandboxed (no namespaces: UNSAFE for untrusted diffs)" if self.config.unsandboxed else "namespaces"
+        return {**super().describe(), "isolation": iso}
 
-        No proxy variable (and ``no_proxy=*``), no API key, no secret: only :data:`ENV_ALLOW`.
+    @property
+    def python(self) -> str:
+        """The interpreter that runs pytest."""
+        return self.config.python or sys.executable
+
+    def test_env(self, workdir: Path | None = None, token: str = "") -> dict[str, str]:
+        """The tests' environment, built from scratch (no proxy, no API key, no secret of the platform).
+
+        Inside the namespaces: a fixed ``PATH`` (the interpreter's folder, ``/usr/local/bin``,
+        ``/usr/bin``, ``/bin``), ``HOME=/home/sandbox``, ``TMPDIR=/tmp``; unsandboxed, ``PATH`` and
+        locale variables from :data:`ENV_ALLOW` and folders under ``workdir``.
         """
-        env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
-        home, tmp = workdir / "home", workdir / "tmp"
-        home.mkdir(exist_ok=True)
-        tmp.mkdir(exist_ok=True)
-        env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0",
-                   PYTHONPATH=str(workdir / "plugin"), no_proxy="*", NO_PROXY="*",
-                   **{RESULTS_ENV: str(workdir / "results.jsonl")})
+        if self.config.unsandboxed:
+            assert workdir is not None
+            env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+            home, tmp = workdir / "home", workdir / "tmp"
+            home.mkdir(exist_ok=True)
+            tmp.mkdir(exist_ok=True)
+            env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(workdir / "plugin"),
+                       **{RESULTS_ENV: str(workdir / "out" / "results.jsonl")})
+        else:
+            env = {"PATH": f"{os.path.dirname(self.python)}:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/sandbox",
+                   "TMPDIR": "/tmp", "PYTHONPATH": "/sandbox/plugin", "USER": "sandbox", "LOGNAME": "sandbox",
+                   RESULTS_ENV: "/sandbox/out/results.jsonl"}
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", no_proxy="*", NO_PROXY="*",
+                   **{TOKEN_ENV: token})
         env.setdefault("LANG", "C.UTF-8")
         if not self.config.plugin_autoload:
             env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         return env
 
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob) -> ExecResult:
-        python = self.config.python or sys.executable
-        cmd = [python, *pytest_args(job.tests, str(repo))]
-        isolation = "env-only"
-        mode = self.config.network
-        if mode in ("auto", "netns") and netns_available():
-            # a new network namespace has only a loopback device, brought up so local test servers work
-            cmd = ["unshare", "--net", "--map-root-user", "/bin/sh", "-c",
-                   'ip link set lo up 2>/dev/null; exec "$@"', "aml-sandbox", *cmd]
-            isolation = "netns"
-        elif mode == "netns":
-            raise SandboxError("network='netns' was asked for but 'unshare --net --map-root-user' does not work "
-                               "here; use a container sandbox or network='env'")
-        return _run(cmd, cwd=repo, env=self.test_env(workdir), limits=self.config, log=workdir / "output.log",
-                    preexec=_limit_preexec(self.config), isolation=isolation)
+    def check(self) -> None:
+        """Start the namespaces once with a trivial command (cached per interpreter).
+
+        Raises:
+            SandboxUnavailable: naming the step that failed (user namespaces, pivot_root, a bind mount of
+                the interpreter's folders, ...) and the ways out.
+        """
+        if self.config.unsandboxed:
+            return
+        key = (self.python, tuple(self.config.readonly_paths))
+        if key not in _CHECKED:
+            workdir = Path(tempfile.mkdtemp(prefix="aml-sandbox-check-"))
+            try:
+                (workdir / "repo").mkdir()
+                (workdir / "plugin").mkdir()
+                res = self._launch(workdir, [self.python, "-c", "pass"], "", wall_clock_s=60)
+                _CHECKED[key] = "" if res.returncode == 0 else f"the check command exited with {res.returncode}: " \
+                                                                f"{res.output[-500:]}"
+            except SandboxUnavailable as exc:
+                _CHECKED[key] = str(exc)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+        if _CHECKED[key]:
+            raise SandboxUnavailable(_CHECKED[key])
+
+    def _launch(self, workdir: Path, argv: list[str], token: str, wall_clock_s: float | None = None) -> ExecResult:
+        """Run ``argv`` through the jail; ``workdir`` holds ``repo`` and ``plugin``.
+
+        Raises:
+            SandboxUnavailable: the namespaces could not be set up (the message names the step).
+        """
+        out, root = workdir / "out", workdir / "root"
+        out.mkdir(exist_ok=True)
+        root.mkdir(exist_ok=True)
+        prefixes = interpreter_prefixes(self.python)
+        cfg = self.config
+        spec = {"root": str(root), "repo": str(workdir / "repo"), "out": str(out), "plugin": str(workdir / "plugin"),
+                "status_file": str(workdir / "status.json"), "readonly": [*prefixes, *cfg.readonly_paths],
+                "etc": list(ETC_ALLOW), "tmp_mb": cfg.tmp_mb, "memory_bytes": cfg.memory_mb * 1024 * 1024,
+                "file_size_bytes": cfg.file_size_mb * 1024 * 1024, "pids": cfg.pids_limit, "argv": argv,
+                "env": self.test_env(token=token)}
+        (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+        if os.geteuid() == 0:  # the jail drops host root to nobody: hand it the folders it writes
+            for folder in (workdir, workdir / "repo", out, root):
+                os.chown(folder, 65534, 65534)
+            for dirpath, dirnames, filenames in os.walk(workdir / "repo"):
+                for name in (*dirnames, *filenames):
+                    os.lchown(os.path.join(dirpath, name), 65534, 65534)
+        limits = cfg if wall_clock_s is None else cfg.model_copy(update={"wall_clock_s": wall_clock_s})
+        res = _run([sys.executable, "-I", "-S", str(JAIL), str(workdir / "spec.json")], cwd=workdir,
+                   env={"PATH": "/usr/bin:/bin"}, limits=limits, log=workdir / "output.log", isolation="namespaces")
+        status = _status(workdir / "status.json")
+        if status.get("stage") != "ready":
+            if res.timed_out and not status:
+                raise SandboxUnavailable("the sandbox did not finish its set-up within the wall-clock limit")
+            raise SandboxUnavailable(
+                f"the sandbox cannot isolate the tests on this host: step {status.get('stage', '?')!r} failed: "
+                f"{status.get('error', res.output[-300:])}. It needs unprivileged user namespaces "
+                "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu also "
+                "kernel.apparmor_restrict_unprivileged_userns=0), mount, pid and network namespaces and "
+                "pivot_root. Use a container sandbox (--container-image), or --unsandboxed to run without "
+                "isolation (recorded as unsandboxed in every report).")
+        res.isolation = f"namespaces;proc={status.get('proc')}"
+        return res
+
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
+        cmd = [self.python, *pytest_args(job.tests, "/testbed" if not self.config.unsandboxed else str(repo))]
+        if not self.config.unsandboxed:
+            return self._launch(workdir, cmd, token)
+        (workdir / "out").mkdir(exist_ok=True)
+        return _run(cmd, cwd=repo, env=self.test_env(workdir, token), limits=self.config,
+                    log=workdir / "output.log", preexec=_limit_preexec(self.config), isolation="unsandboxed")
+
+
+def _status(path: Path) -> dict[str, Any]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return json.loads(lines[0]) if lines else {}
+    except (OSError, ValueError):
+        return {}
 
 
 class ContainerSandbox(Sandbox):
@@ -459,8 +605,8 @@ class ContainerSandbox(Sandbox):
     Args:
         image: the image holding the repository's environment (``{instance_id}`` is replaced, so one
             template serves SWE-bench's per-instance images).
-        config: ``wall_clock_s`` and ``memory_mb`` apply (``--memory``); ``python`` is the interpreter
-            inside the image (default ``python``).
+        config: ``wall_clock_s``, ``memory_mb`` (``--memory``) and ``pids_limit`` (``--pids-limit``)
+            apply; ``python`` is the interpreter inside the image (default ``python``).
         runtime: the runtime's executable (default ``docker``).
         repo_mount: where the patched copy is mounted inside the container (SWE-bench images install
             the repository in editable mode at ``/testbed``).
@@ -474,24 +620,31 @@ class ContainerSandbox(Sandbox):
         self.image, self.runtime, self.repo_mount = image, runtime, repo_mount
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "image": self.image, "runtime": self.runtime, "repo_mount": self.repo_mount}
+        return {**super().describe(), "image": self.image, "runtime": self.runtime, "repo_mount": self.repo_mount,
+                "isolation": "container"}
 
-    def command(self, workdir: Path, job: SandboxJob, name: str) -> list[str]:
+    def check(self) -> None:
+        """Raises :class:`SandboxUnavailable` when the runtime's executable is not found."""
+        if not shutil.which(self.runtime):
+            raise SandboxUnavailable(f"container runtime {self.runtime!r} not found on this worker")
+
+    def command(self, workdir: Path, job: SandboxJob, name: str, token: str = "") -> list[str]:
         """The runtime command line (no network, memory and pids limits, read-only plugin)."""
         mb = self.config.memory_mb
         image = self.image.replace("{instance_id}", job.instance_id.lower())
         return [self.runtime, "run", "--rm", "--name", name, "--network", "none", "--memory", f"{mb}m",
-                "--memory-swap", f"{mb}m", "--pids-limit", "1024", "--security-opt", "no-new-privileges",
+                "--memory-swap", f"{mb}m", "--pids-limit", str(self.config.pids_limit),
+                "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
                 "-v", f"{workdir / 'repo'}:{self.repo_mount}", "-v", f"{workdir / 'plugin'}:/aml_plugin:ro",
                 "-v", f"{workdir / 'out'}:/aml_out", "-e", f"{RESULTS_ENV}=/aml_out/results.jsonl",
+                "-e", f"{TOKEN_ENV}={token}",
                 "-e", "PYTHONPATH=/aml_plugin", "-e", "PYTHONDONTWRITEBYTECODE=1",
                 *([] if self.config.plugin_autoload else ["-e", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"]),
                 "-w", self.repo_mount,
                 image, self.config.python or "python", *pytest_args(job.tests, self.repo_mount)]
 
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob) -> ExecResult:
-        if not shutil.which(self.runtime):
-            raise SandboxError(f"container runtime {self.runtime!r} not found on this worker")
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
+        self.check()
         (workdir / "out").mkdir()
         name = f"aml-sandbox-{uuid.uuid4().hex[:12]}"
         env = {k: os.environ[k] for k in ("PATH", "HOME", "DOCKER_HOST", "XDG_RUNTIME_DIR") if k in os.environ}
@@ -499,12 +652,8 @@ class ContainerSandbox(Sandbox):
         def kill() -> None:
             subprocess.run([self.runtime, "kill", name], capture_output=True, timeout=30)
 
-        res = _run(self.command(workdir, job, name), cwd=workdir, env=env, limits=self.config,
-                   log=workdir / "output.log", on_timeout=kill, isolation="container")
-        produced = workdir / "out" / "results.jsonl"
-        if produced.is_file():
-            shutil.copyfile(produced, workdir / "results.jsonl")
-        return res
+        return _run(self.command(workdir, job, name, token), cwd=workdir, env=env, limits=self.config,
+                    log=workdir / "output.log", on_timeout=kill, isolation="container")
 
 
 def _run_job(sandbox: Sandbox, job: SandboxJob) -> TestReport:
