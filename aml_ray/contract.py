@@ -32,40 +32,11 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter,
                       model_validator)
 from typing_extensions import TypedDict
 
+from aml_ray.contract_errors import ContractError  # noqa: F401  (re-exported: the contract's error)
 from aml_ray.media import MediaLimits, check_parts, check_request_total, limits_from_context
 
 #: Formal Top K of external evaluations (seed: "Formal Top K 100").
 FORMAL_TOP_K = 100
-
-
-class ContractError(Exception):
-    """A participant response broke the AML contract.
-
-    Args:
-        field: dotted path of the offending field, e.g. ``"request_id"`` or ``"data[3].content"``.
-        reason: what is wrong and how to fix it, in one sentence.
-        request_id: the platform request the response belongs to (no secrets), when known: an Add's
-            request_id, or a Search's question ref.
-        outcome: the request's outcome for its evidence row, set by
-            :class:`~aml_ray.actors.participant.ParticipantClient` (``request_id``, ``request_sha256``,
-            ``status="contract_error"``, ``http_status``, ``attempts``, ``retried_statuses``, ``latency_ms``,
-            ``elapsed_ms``, ``contract`` = ``"<field>: <reason>"``, ``error``; the secret redacted); None
-            when the error was raised outside the client.
-
-    Contract errors are never retried (seed: "Contract errors stop immediately").
-    """
-
-    def __init__(self, field: str, reason: str, request_id: str | None = None,
-                 outcome: dict[str, Any] | None = None):
-        self.field = field
-        self.reason = reason
-        self.request_id = request_id
-        self.outcome = outcome
-        where = f" (request {request_id})" if request_id else ""
-        super().__init__(f"contract violation in field '{field}'{where}: {reason}")
-
-    def __reduce__(self):  # keeps field/reason/outcome when the error crosses a Ray process boundary
-        return (ContractError, (self.field, self.reason, self.request_id, self.outcome))
 
 
 #: A content value: a non-empty string, or (Multimodal only) an ordered array of parts.

@@ -40,6 +40,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aml_ray.contract_errors import ContractError
+
 #: Image types the contract accepts, by the subtype of ``data:image/<subtype>``; value = file extension.
 IMAGE_TYPES: dict[str, str] = {"png": "png", "jpeg": "jpg", "webp": "webp", "gif": "gif"}
 #: How each type's bytes start (PNG/JPEG/GIF/WEBP file signatures).
@@ -134,8 +136,6 @@ def decode_data_url(url: Any, field: str, limits: MediaLimits, request_id: str |
         ContractError: not a string, not a base64 ``data:image/...`` URL, a type that is not allowed,
             invalid base64, bytes that are not that type, or an image over ``max_image_bytes``.
     """
-    from aml_ray.contract import ContractError
-
     if not isinstance(url, str):
         raise ContractError(field, f"must be a string data URL, got {type(url).__name__}", request_id)
     m = _DATA_URL.match(url)
@@ -182,8 +182,6 @@ def check_parts(value: Any, field: str, limits: MediaLimits, *, request_id: str 
     Raises:
         ContractError: naming the offending part.
     """
-    from aml_ray.contract import ContractError
-
     if not isinstance(value, list) or not value:
         raise ContractError(field, "must be a non-empty string or a non-empty array of content parts", request_id)
     if len(value) > limits.max_parts:
@@ -224,8 +222,6 @@ def check_request_total(total: int, field: str, limits: MediaLimits, request_id:
     Raises:
         ContractError: naming ``field`` (where the total was passed).
     """
-    from aml_ray.contract import ContractError
-
     if total > limits.max_request_bytes:
         raise ContractError(field, f"images total {total} bytes in one request, over the per-request limit of "
                             f"{limits.max_request_bytes} bytes", request_id)

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aml_ray.stages.answer import AnswerStage
     from aml_ray.stages.ingest import IngestFromFiles, IngestStage
-    from aml_ray.stages.judge import JudgeStage
+    from aml_ray.stages.judge_stage import JudgeStage
 
 _MODULES = {"AnswerStage": "aml_ray.stages.answer", "IngestStage": "aml_ray.stages.ingest",
             "IngestFromFiles": "aml_ray.stages.ingest",
-            "JudgeStage": "aml_ray.stages.judge"}
+            "JudgeStage": "aml_ray.stages.judge_stage"}
 
 __all__ = ["AnswerStage", "IngestFromFiles", "IngestStage", "JudgeStage"]
 

@@ -10,8 +10,10 @@ that many times (runs after the first bypass the cache); ``verdict`` is the firs
 
 Evidence of the replies (issue 24: a re-ask once hid the negative reply it replaced): ``judge_raw`` is the
 first run's last reply (the one ``verdict`` was read from), ``judge_raw_all`` every reply text of every
-ask of every run, in the order asked; an empty reply or a failed call adds no text (``judge_attempts``
-counts every call).
+ask of every run, in the order asked, an empty reply as ``""``; a failed call adds no text
+(``judge_attempts`` counts every call).
+
+The Ray Data stage that calls the dataset's scoring contract is :class:`aml_ray.stages.judge_stage.JudgeStage`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pyarrow as pa
-
-from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
-from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.prompts import Prompt
 from aml_ray.scoring import bleu1, lexical_verdict, locomo_f1, parse_judge_label, token_f1
-from aml_ray.stages._common import report, table_with
 from aml_ray.stages.asking import ask_until_parsed
 
 JUDGE_MAX_TOKENS = 256
@@ -96,39 +93,3 @@ async def judge_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mod
         r["status"] = ("search_error" if r["search_status"] != "ok" else
                        "answer_error" if r["answer_status"] != "ok" else
                        "judge_error" if r["judge_status"] != "ok" else "scored")
-
-
-class JudgeStage:
-    """Ray Data stage running the dataset's scoring contract (default :func:`judge_rows`).
-
-    Args:
-        endpoint: the judge model endpoint (offline when it has no base_url).
-        client: the judge ``ModelClient`` actor handle, or None when offline.
-        prompt: the judge prompt (a loaded :class:`Prompt`, or a shipped name or path).
-        max_parse_retries: extra asks after an unparsable reply.
-        f1_rule: the dataset's lexical F1 definition.
-        judge_runs: how many times each answer is judged.
-        scorer: the registered scoring contract (:mod:`aml_ray.stages.scorers`), default ``binary_judge``.
-        tracker: optional ``ProgressTracker`` actor handle.
-    """
-
-    def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, max_parse_retries: int = 2,
-                 f1_rule: str = "token", judge_runs: int = 1, scorer: str = "binary_judge", tracker=None):
-        from aml_ray.stages.scorers import get_scorer
-
-        use_arrow_ipc_serialization()
-        tune_actor_process()
-        self.scorer = get_scorer(scorer)
-        if f1_rule not in F1_RULES:
-            raise ValueError(f"f1_rule must be one of {F1_RULES}, got {f1_rule!r}")
-        self.endpoint, self.tracker, self.f1_rule = endpoint, tracker, f1_rule
-        self.model = ActorModel(client) if client is not None else None
-        self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
-        self.max_parse_retries, self.judge_runs = max_parse_retries, judge_runs
-
-    async def __call__(self, batch: pa.Table) -> pa.Table:
-        rows = batch.drop_columns(["memories"]).to_pylist()  # no scoring contract reads the memories
-        await self.scorer(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt, f1_rule=self.f1_rule,
-                          max_parse_retries=self.max_parse_retries, judge_runs=self.judge_runs)
-        report(self.tracker, "judge", len(rows))
-        return table_with(rows, batch, ("memories",))
