@@ -44,7 +44,7 @@ def test_fix_resolves_and_a_broken_passing_test_does_not(fixture_bench):
                                                         _job(task, ""), _job(task, key.wrong_diff)])
     assert fixed.status == "ok" and set(fixed.tests.values()) == {"passed"}
     assert report_resolved(fixed, task.fail_to_pass, task.pass_to_pass)
-    assert fixed.files_changed == [key.module] and fixed.isolation in ("netns", "env-only")
+    assert fixed.files_changed == [key.module] and fixed.isolation == "namespaces;proc=fresh"
     # the breaking diff fixes the bug (FAIL_TO_PASS pass) but a PASS_TO_PASS test now fails
     assert all(broken.tests[t] == "passed" for t in task.fail_to_pass)
     assert any(broken.tests[t] == "failed" for t in task.pass_to_pass)
@@ -100,16 +100,17 @@ def test_archive_snapshot_and_a_clean_environment(fixture_bench, tmp_path, monke
             "+    assert not {'ANSWER_API_KEY', 'HTTPS_PROXY'} & set(os.environ)\n")
     monkeypatch.setenv("ANSWER_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    sandbox = SubprocessSandbox(SandboxConfig(wall_clock_s=60, network="env"))
+    sandbox = SubprocessSandbox(SandboxConfig(wall_clock_s=60))
     env = sandbox.test_env(tmp_path)
     assert "ANSWER_API_KEY" not in env and "HTTPS_PROXY" not in env and env["no_proxy"] == "*"
-    job = SandboxJob(instance_id=task.instance_id, snapshot=str(archive), diff=key.fix_diff + leak,
-                     test_patch=task.test_patch,
+    assert env["HOME"] == "/home/sandbox" and env["PYTHONPATH"] == "/sandbox/plugin"
+    job = SandboxJob(instance_id=task.instance_id, snapshot=str(archive), diff=key.fix_diff,
+                     test_patch=task.test_patch + leak,
                      fail_to_pass=(*task.fail_to_pass, "tests/test_env.py::test_no_secrets"),
                      pass_to_pass=task.pass_to_pass)
     report = sandbox.run(job)  # in-process too: the Sandbox interface does not need Ray
     assert report.status == "ok", report.output_tail
-    assert set(report.tests.values()) == {"passed"} and report.isolation == "env-only"
+    assert set(report.tests.values()) == {"passed"} and report.isolation == "namespaces;proc=fresh"
 
 
 def test_missing_snapshot_and_unknown_test_ids(fixture_bench):
@@ -128,8 +129,9 @@ def test_memory_limit_turns_a_huge_allocation_into_a_failure(fixture_bench):
     task, key = bench.tasks[0], keys[0]
     hog = ("--- /dev/null\n+++ b/tests/test_hog.py\n@@ -0,0 +1,2 @@\n+def test_hog():\n"
            "+    assert len(bytearray(2 * 1024 ** 3)) > 0\n")
-    job = _job(task, key.fix_diff + hog).model_copy(
-        update={"pass_to_pass": (*task.pass_to_pass, "tests/test_hog.py::test_hog")})
+    job = _job(task, key.fix_diff).model_copy(  # a hidden test: a diff's own test files are put back
+        update={"test_patch": task.test_patch + hog,
+                "pass_to_pass": (*task.pass_to_pass, "tests/test_hog.py::test_hog")})
     report = SubprocessSandbox(SandboxConfig(wall_clock_s=60, memory_mb=512)).run(job)
     assert report.status == "ok" and report.config["memory_mb"] == 512
     assert report.tests["tests/test_hog.py::test_hog"] == "failed" and "MemoryError" in report.output_tail

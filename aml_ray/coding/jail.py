@@ -237,10 +237,21 @@ def _init(spec: dict, status_fd: int) -> int:
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
+def host_root() -> bool:
+    """Whether this process is root of the host's user namespace (not root of a nested one)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/self/uid_map", "rb") as fh:
+            return fh.read().split() == [b"0", b"0", b"4294967295"]
+    except OSError:
+        return False
+
+
 def _maps(child: int) -> None:
     """Step 2's maps, written by the launcher (still in the host's namespaces) for ``child``."""
     uid, gid = os.geteuid(), os.getegid()
-    if uid == 0:  # inside 0 stays host root for pid 1's set-up only; the command runs as 1000 -> nobody
+    if host_root():  # inside 0 stays host root for pid 1's set-up only; the command runs as 1000 -> nobody
         umap, gmap = f"0 0 1\n{INNER_UID} {NOBODY} 1\n", f"0 0 1\n{INNER_GID} {NOBODY} 1\n"
     else:
         umap, gmap = f"{INNER_UID} {uid} 1\n", f"{INNER_GID} {gid} 1\n"
@@ -267,7 +278,7 @@ def main(argv: list[str]) -> int:
         os.write(status_fd, json.dumps({"stage": exc.stage, "error": exc.error}).encode() + b"\n")
         return SETUP_FAILED
 
-    if os.geteuid() == 0:
+    if host_root():
         os.setgroups([])  # host root's supplementary groups must not reach the sandbox
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()

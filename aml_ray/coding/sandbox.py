@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aml_ray.coding import harness
 from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff, check_path, diff_paths
+from aml_ray.coding.jail import host_root
 
 #: Per-test outcomes in a report. ``xfail`` counts as a pass and ``skipped`` is left out of the
 #: resolved rule, as in SWE-bench's grading; see :mod:`aml_ray.coding.scoring`.
@@ -559,7 +560,7 @@ class SubprocessSandbox(Sandbox):
                 "file_size_bytes": cfg.file_size_mb * 1024 * 1024, "pids": cfg.pids_limit, "argv": argv,
                 "env": self.test_env(token=token)}
         (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-        if os.geteuid() == 0:  # the jail drops host root to nobody: hand it the folders it writes
+        if host_root():  # the tests run as nobody on the host: hand it the folders they write
             for folder in (workdir, workdir / "repo", out, root):
                 os.chown(folder, 65534, 65534)
             for dirpath, dirnames, filenames in os.walk(workdir / "repo"):
