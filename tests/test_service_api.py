@@ -16,6 +16,8 @@ from aml_ray.serve_app.app import create_app
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.store.jobs import get_job, mark_completed
 from aml_ray.store.models import QuotaUsage
+from tests.conftest import SHARED_DATASETS
+from tests.service_suites import locomo_only_suite
 
 ADMIN = "admin-token-for-tests-0123456789"
 MSK = "msk-very-secret-memory-key-42"
@@ -43,7 +45,8 @@ def make_client(tmp_path, **over) -> TestClient:
     settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}",
                                master_keys=[SecretStr(Fernet.generate_key().decode())],
                                admin_token=SecretStr(ADMIN), allow_loopback=True, run_worker=False,
-                               runs_dir=tmp_path / "runs")
+                               runs_dir=tmp_path / "runs", datasets_dir=SHARED_DATASETS,
+                               suites={"textual": locomo_only_suite()})
     for k, v in over.items():
         setattr(settings, k, v)
     return TestClient(create_app(settings))

@@ -1,10 +1,13 @@
 """``create_app(settings)``: the FastAPI application (API, pages, OpenAPI at ``/docs`` with local assets).
 
-The store is migrated to head at start-up; the job worker starts with the app's lifespan.
+The store is migrated to head at start-up; the job dispatcher starts with the app's lifespan. A track
+whose suite cannot run here (bundle files missing) is logged as an operator error at start
+(:func:`aml_ray.serve_app.tracks.suite_problems`). Request bodies over ``settings.max_body_bytes`` get 413.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,8 +22,11 @@ from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, 
                                       leaderboard, pages, results)
 from aml_ray.serve_app.templating import STATIC_DIR
 from aml_ray.serve_app.settings import ServiceSettings
-from aml_ray.serve_app.worker import JobWorker
+from aml_ray.serve_app.limits import install_body_limit
 from aml_ray.store import make_engine, session_factory, upgrade
+
+
+log = logging.getLogger("aml_ray.serve_app")
 
 
 def build_service(settings: ServiceSettings) -> Service:
@@ -37,7 +43,12 @@ def build_service(settings: ServiceSettings) -> Service:
     service = Service(settings=settings, engine=engine, sessions=session_factory(engine),
                       box=SecretBox(settings.master_keys))
     if settings.run_worker:
-        service.worker = JobWorker(service)
+        from aml_ray.serve_app.dispatch import JobDispatcher
+        from aml_ray.serve_app.tracks import suite_problems
+
+        for track, problem in suite_problems(settings).items():
+            log.error("track %s: %s", track, problem)
+        service.worker = JobDispatcher(service)
     return service
 
 
@@ -69,6 +80,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                               "private results, review and the public leaderboard.")
     app.state.service = service
     install_error_handlers(app)
+    install_body_limit(app, settings.max_body_bytes)
     for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
                    docs_pages):
         app.include_router(module.router)

@@ -16,7 +16,7 @@ from aml_ray.store.keys import find_key
 from aml_ray.store.models import LeaderboardKey
 
 if TYPE_CHECKING:
-    from aml_ray.serve_app.worker import JobWorker
+    from aml_ray.serve_app.dispatch import JobDispatcher
 
 ADMIN_ACTOR = "admin"
 
@@ -30,14 +30,14 @@ class Service:
         engine: the database engine.
         sessions: the session factory.
         box: encrypts and decrypts Memory System Keys.
-        worker: runs jobs in the background (None when ``settings.run_worker`` is off).
+        worker: the replica's job dispatcher (None when ``settings.run_worker`` is off).
     """
 
     settings: ServiceSettings
     engine: Engine
     sessions: sessionmaker[Session]
     box: SecretBox
-    worker: JobWorker | None = None
+    worker: JobDispatcher | None = None
 
 
 def get_service(request: Request) -> Service:

@@ -4,6 +4,11 @@ Source: the seed's "Evaluation & results": the result must come from a successfu
 suite; every evaluation task must succeed; the Answer model, evaluation contract, pipeline code hash,
 dataset bundle hashes and question counts must be complete and match the current release baseline; and
 the result must be unique. The gate only records checks; an admin still approves or rejects.
+
+The locked models are the suite's (``models`` of :mod:`aml_ray.suite`'s release baseline), never the
+deployment's environment: a run of the offline answerer or judge (:mod:`aml_ray.models.offline`, which
+only exists so that the pipeline runs without a hosted model) is refused by ``locked_models``, whatever
+the suite names.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from aml_ray.config import cache_dir, model_endpoint_from_env
+from aml_ray.config import cache_dir
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.evaluation import pipeline_code_hash
 from aml_ray.prompts import load_prompt
-from aml_ray.serve_app.settings import TRACK_DATASETS, ServiceSettings
+from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.store.models import Job, PublicSubmission, Review
 
 #: Formal Top K (seed: "formal external evaluations use 100").
@@ -48,26 +53,49 @@ def run_facts(run_info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def release_baseline(settings: ServiceSettings, track: str) -> dict[str, Any]:
-    """What a publishable run of ``track`` must match on this deployment.
+def suite_facts(per_bundle: list[dict[str, Any]], *, suite: str) -> dict[str, Any]:
+    """One job's facts from its bundles' :func:`run_facts`: datasets and prompts united, Adds and wall time
+    summed, ``offline_models`` true when any bundle used an offline model, models of the first bundle (every
+    bundle of a job calls the same endpoints), ``suite`` as ``name@version``.
+
+    Raises:
+        ValueError: no bundle.
+    """
+    if not per_bundle:
+        raise ValueError("suite_facts needs the facts of at least one bundle")
+    first = per_bundle[0]
+    return {**first, "suite": suite, "run_ids": [f["run_id"] for f in per_bundle],
+            "offline_models": any(f["offline_models"] for f in per_bundle),
+            "prompts": {k: v for f in per_bundle for k, v in f["prompts"].items()},
+            "datasets": {k: v for f in per_bundle for k, v in f["datasets"].items()},
+            "adds": {k: sum(f["adds"][k] for f in per_bundle) for k in ("ok", "failed")},
+            "wall_s": round(sum(f["wall_s"] for f in per_bundle), 3)}
+
+
+def release_baseline(settings: ServiceSettings, track: str, bundles) -> dict[str, Any]:
+    """What a publishable full run of ``track`` must match on this deployment.
 
     Args:
-        settings: the service settings (dataset files, full-run sample limit).
+        settings: the service settings (the track's suite, full-run sample limit).
         track: the track.
+        bundles: the job's :class:`aml_ray.serve_app.tracks.JobBundle` list (the suite's bundles here).
 
     Returns:
-        ``{"answer_model", "judge_model", "prompts", "top_k", "pipeline_code_sha256", "datasets"}``.
+        ``{"suite", "answer_model", "judge_model", "prompts", "top_k", "pipeline_code_sha256", "datasets"}``;
+        the models are the suite's locked ones.
     """
-    answer, judge = model_endpoint_from_env("answer"), model_endpoint_from_env("judge")
+    from aml_ray.serve_app.tracks import track_suite
+
+    suite = track_suite(settings, track)
     datasets, prompts = {}, {}
-    for name in TRACK_DATASETS[track]:
-        path = settings.dataset_paths.get(name)
-        datasets[name] = _dataset_baseline(name, str(path) if path else None, settings.full_limit_samples)
-        spec = get_dataset(name)
+    for bundle in bundles:
+        datasets[bundle.dataset] = _dataset_baseline(bundle.dataset, str(bundle.path), settings.full_limit_samples)
+        spec = get_dataset(bundle.dataset)
         for prompt in (spec.answer_prompt, spec.judge_prompt):
             prompts[prompt] = load_prompt(prompt).sha256
-    return {"answer_model": answer.model, "judge_model": judge.model, "prompts": prompts,
-            "top_k": FORMAL_TOP_K, "pipeline_code_sha256": pipeline_code_hash(), "datasets": datasets}
+    return {"suite": f"{suite.name}@{suite.version}", "answer_model": suite.models.answer,
+            "judge_model": suite.models.judge, "prompts": prompts, "top_k": suite.top_k or FORMAL_TOP_K,
+            "pipeline_code_sha256": pipeline_code_hash(), "datasets": datasets}
 
 
 @lru_cache(maxsize=16)
@@ -117,10 +145,13 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
                                     f"mode {job.mode}, status {job.status}"),
         "all_tasks_succeeded": check(facts["adds"]["failed"] == 0 and errors == 0,
                                      f"{facts['adds']['failed']} failed Adds, {errors} question errors"),
-        "answer_model": check(answer_model == baseline["answer_model"],
-                              f"{answer_model!r} vs baseline {baseline['answer_model']!r}"),
-        "evaluation_contract": check(facts["models"]["judge"]["model"] == baseline["judge_model"]
-                                     and facts["prompts"] == baseline["prompts"]
+        "locked_models": check(not facts["offline_models"] and answer_model == baseline["answer_model"]
+                               and facts["models"]["judge"]["model"] == baseline["judge_model"],
+                               "offline answerer/judge: never published" if facts["offline_models"] else
+                               f"answer {answer_model!r}, judge {facts['models']['judge']['model']!r} vs locked "
+                               f"{baseline['answer_model']!r}, {baseline['judge_model']!r}"),
+        "suite": check(facts.get("suite") == baseline["suite"], f"{facts.get('suite')} vs {baseline['suite']}"),
+        "evaluation_contract": check(facts["prompts"] == baseline["prompts"]
                                      and facts["top_k"] == baseline["top_k"],
                                      f"judge {facts['models']['judge']['model']!r}, top_k {facts['top_k']}"),
         "pipeline_code_hash": check(facts["pipeline_code_sha256"] == baseline["pipeline_code_sha256"],

@@ -72,9 +72,13 @@ class AccessRequestOut(BaseModel):
 
 
 class Checklist(BaseModel):
-    """The full-run checklist (seed: every item must be confirmed)."""
+    """The full-run checklist (seed: every item must be confirmed).
 
-    model_config = ConfigDict(extra="forbid")
+    Strict booleans: only JSON ``true``/``false``; ``"yes"``, ``"true"``, ``1`` are refused (422) so that a
+    confirmation is never read into a string.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
     smoke_passed: bool = False
     contract_followed: bool = False
     run_instructions_complete: bool = False
@@ -153,7 +157,11 @@ class Decision(BaseModel):
 
 
 class LeaderboardRow(BaseModel):
-    """A public leaderboard row."""
+    """A public leaderboard row.
+
+    ``rank``: standard competition ranking on the sorted score (equal scores share a rank, the next rank
+    skips: 1, 1, 3); ``answer_model`` and ``suite`` (``name@version``): what the row was measured with.
+    """
 
     rank: int
     system: str
@@ -163,6 +171,8 @@ class LeaderboardRow(BaseModel):
     overall: float | None
     coverage: float | None
     datasets: dict[str, Any]
+    answer_model: str | None = None
+    suite: str | None = None
     published_at: datetime
 
 

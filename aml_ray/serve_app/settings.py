@@ -9,8 +9,15 @@ Environment variables (besides those of :mod:`aml_ray.config`):
 - ``AML_EDITION``: the edition quotas are counted in (default ``cycle-2``).
 - ``AML_ALLOW_LOOPBACK``: ``1`` accepts loopback participant endpoints. Operators' own test setups only;
   never on a public deployment.
-- ``AML_MAX_CONCURRENT_JOBS``: jobs the worker runs at once (default 2, at least 1); see
-  :class:`aml_ray.serve_app.worker.JobWorker`.
+- ``AML_MAX_CONCURRENT_JOBS``: jobs one replica's dispatcher runs at once (default 2, at least 1); see
+  :class:`aml_ray.serve_app.dispatch.JobDispatcher`.
+- ``AML_DATASETS_DIR``: where the suites' dataset files are (the layout of ``shared/datasets``; default
+  ``~/.aml-ray/datasets``, :func:`aml_ray.suite.datasets_dir`). Files found there are never downloaded.
+- ``AML_SMOKE_SAMPLES`` / ``AML_FULL_SAMPLES``: samples per bundle in a smoke (default 1) and a full run
+  (default ``all``, the formal suite); the publication gate counts questions with the same setting.
+- ``AML_RETENTION_DAYS``: evidence of jobs finished longer ago is purged on a schedule (default 30);
+  ``AML_PURGE_INTERVAL_S``: seconds between purges (default 86400; ``0`` turns the schedule off).
+- ``AML_MAX_BODY_BYTES``: the largest request body accepted (default 1 MiB); larger ones get 413.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from aml_ray.config import _number, data_dir  # _number: the env number rule of the model limits
+from aml_ray.config import DEFAULT_RETENTION_DAYS, ModelEndpoint, _number, data_dir  # _number: env number rule
 from aml_ray.security import MASTER_KEYS_ENV
 from aml_ray.store.engine import database_url
 
 #: Jobs the worker runs at once unless ``AML_MAX_CONCURRENT_JOBS`` says otherwise.
 DEFAULT_MAX_CONCURRENT_JOBS = 2
+#: The largest request body the API accepts unless ``AML_MAX_BODY_BYTES`` says otherwise (1 MiB: an access
+#: request with every optional text field at its maximum length is under 40 KiB).
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+#: Seconds between scheduled evidence purges unless ``AML_PURGE_INTERVAL_S`` says otherwise (one day).
+DEFAULT_PURGE_INTERVAL_S = 86400.0
 #: Tracks and the datasets their suite runs (only Textual has a dataset adapter so far).
 TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ()}
 
@@ -78,16 +90,27 @@ class ServiceSettings:
         allow_loopback: accept loopback participant endpoints (operators and tests only).
         edition: the edition quotas are counted in.
         runs_dir: where job run directories (evidence, run.json) are written.
-        dataset_paths: local dataset files by name; a missing name is downloaded and sha256-checked.
+        dataset_paths: local dataset files by dataset name; they override ``datasets_dir``.
+        datasets_dir: where bundle files are (``<dir>/<bundle.path>``); None: :func:`aml_ray.suite.datasets_dir`.
+        suites: the suite (name or file) a track's jobs run; default the shipped suite named like the track.
+        answer / judge: the locked model endpoints jobs call; None reads them from the job's environment
+            (:func:`aml_ray.config.model_endpoint_from_env`).
         smoke_limit_samples: samples per dataset in a smoke run (the "small fixed subset").
         full_limit_samples: samples per dataset in a full run; None = all (the formal suite). Tests
             shrink it; the publication gate compares question counts with the same setting.
         run_worker: start the background job worker (off for tests that only exercise routes).
         health_check: GET the declared health URL when an access request is submitted.
         num_cpus: CPUs for a Ray cluster a job starts itself (ignored when Ray is running).
-        max_concurrent_jobs: jobs the worker runs at once, each in its own thread (issue 7: many
-            participants at once); they share each participant version's and each model endpoint's
+        max_concurrent_jobs: jobs one replica's dispatcher runs at once, each in its own Ray actor (issue 7:
+            many participants at once); they share each participant version's and each model endpoint's
             declared limits (:mod:`aml_ray.actors.shared`).
+        lease_s: seconds a job's claim lasts unless its runner renews it (:mod:`aml_ray.store.queue`);
+            a job whose runner died is resumed by another after at most this long.
+        poll_interval_s: seconds between the dispatcher's looks at the queue.
+        max_attempts: claims of one job before it is failed (a job that kills its runner every time).
+        retention_days / purge_interval_s: the scheduled evidence purge (:mod:`aml_ray.store.retention`);
+            ``purge_interval_s`` None or 0 turns it off.
+        max_body_bytes: request bodies larger than this get 413.
     """
 
     database_url: str
@@ -98,16 +121,49 @@ class ServiceSettings:
     edition: str = "cycle-2"
     runs_dir: Path = field(default_factory=default_runs_dir)
     dataset_paths: dict[str, Path] = field(default_factory=dict)
+    datasets_dir: Path | None = None
+    suites: dict[str, str] = field(default_factory=dict)
+    answer: ModelEndpoint | None = None
+    judge: ModelEndpoint | None = None
     smoke_limit_samples: int = 1
     full_limit_samples: int | None = None
     run_worker: bool = True
     health_check: bool = True
     num_cpus: int | None = None
     max_concurrent_jobs: int = DEFAULT_MAX_CONCURRENT_JOBS
+    lease_s: float = 60.0
+    poll_interval_s: float = 2.0
+    max_attempts: int = 3
+    retention_days: int = DEFAULT_RETENTION_DAYS
+    purge_interval_s: float | None = DEFAULT_PURGE_INTERVAL_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         if self.max_concurrent_jobs < 1:
             raise ValueError(f"max_concurrent_jobs must be >= 1, got {self.max_concurrent_jobs}")
+        if self.smoke_limit_samples < 1:
+            raise ValueError(f"smoke_limit_samples (AML_SMOKE_SAMPLES) must be >= 1, got {self.smoke_limit_samples}")
+        if self.full_limit_samples is not None and self.full_limit_samples < 1:
+            raise ValueError(f"full_limit_samples (AML_FULL_SAMPLES) must be >= 1 or all, got {self.full_limit_samples}")
+        if self.lease_s <= 0 or self.poll_interval_s <= 0:
+            raise ValueError(f"lease_s and poll_interval_s must be > 0, got {self.lease_s}, {self.poll_interval_s}")
+
+    def model(self, role: str) -> ModelEndpoint:
+        """The ``answer`` or ``judge`` endpoint: the configured one, else from the environment."""
+        from aml_ray.config import model_endpoint_from_env
+
+        return getattr(self, role) or model_endpoint_from_env(role)
+
+    def suite_for(self, track: str) -> str:
+        """The suite name or file a track's jobs run (``suites[track]``, else the shipped suite ``track``)."""
+        return self.suites.get(track, track)
+
+    def bundle_path(self, bundle) -> Path:
+        """Where a bundle's data is: ``dataset_paths[bundle.dataset]``, else ``<datasets_dir>/<bundle.path>``."""
+        from aml_ray.suite import datasets_dir
+
+        given = self.dataset_paths.get(bundle.dataset)
+        return Path(given) if given else (self.datasets_dir or datasets_dir()) / bundle.path
 
     def __repr__(self) -> str:  # never print the token or the master keys
         return (f"ServiceSettings(database_url={self.database_url.split('@')[-1]!r}, edition={self.edition!r}, "
@@ -128,10 +184,18 @@ class ServiceSettings:
         if not keys:
             keys = [_local_master_key(data_dir() / "master.key")]
         token = env.get("AML_ADMIN_TOKEN")
+        full = (env.get("AML_FULL_SAMPLES") or "all").strip().lower()
+        purge = _number(env, "AML_PURGE_INTERVAL_S") if env.get("AML_PURGE_INTERVAL_S", "").strip() != "0" else None
         return cls(database_url=database_url(env), master_keys=[SecretStr(k) for k in keys],
                    admin_token=SecretStr(token) if token else None,
                    allow_loopback=env.get("AML_ALLOW_LOOPBACK") == "1",
                    edition=env.get("AML_EDITION") or "cycle-2",
+                   datasets_dir=Path(env["AML_DATASETS_DIR"]).expanduser() if env.get("AML_DATASETS_DIR") else None,
+                   smoke_limit_samples=_number(env, "AML_SMOKE_SAMPLES", int) or 1,
+                   full_limit_samples=None if full == "all" else _number({"AML_FULL_SAMPLES": full}, "AML_FULL_SAMPLES", int),
+                   retention_days=_number(env, "AML_RETENTION_DAYS", int) or DEFAULT_RETENTION_DAYS,
+                   purge_interval_s=purge if "AML_PURGE_INTERVAL_S" in env else DEFAULT_PURGE_INTERVAL_S,
+                   max_body_bytes=_number(env, "AML_MAX_BODY_BYTES", int) or DEFAULT_MAX_BODY_BYTES,
                    max_concurrent_jobs=_number(env, "AML_MAX_CONCURRENT_JOBS", int) or DEFAULT_MAX_CONCURRENT_JOBS)
 
 

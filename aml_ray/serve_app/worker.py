@@ -1,39 +1,40 @@
-"""The background job worker: runs queued jobs through :func:`aml_ray.evaluation.evaluate`.
+"""Running one job: the code a job's Ray actor executes (:mod:`aml_ray.serve_app.job_actor`).
 
-``settings.max_concurrent_jobs`` daemon threads (``AML_MAX_CONCURRENT_JOBS``, default 2) take job ids
-from one queue, so that many jobs run at once (jobs queued before a restart are picked up again; jobs
-left ``running`` are marked failed). Ray Data runs each job's dataset from its own thread of this one
-driver process, and the jobs share each participant version's and each model endpoint's client actor
-(:mod:`aml_ray.actors.shared`): every version and endpoint keeps its declared limits however many jobs
-use it, and a model endpoint's slots go round-robin across jobs (:mod:`aml_ray.actors.fair`). For each
-job a thread re-validates the version's endpoints (DNS may have changed since submission), decrypts the
-Memory System Key into the in-memory ``ParticipantSpec`` only, runs the evaluation, stores the result
-and, for a full job, opens its review with the publication gate.
+:meth:`JobWorker.run_job` claims the job in the database queue (or checks that the dispatcher's claim is
+still its own, :mod:`aml_ray.store.queue`), renews the lease from a heartbeat thread while it runs, and
+runs the track's suite bundle by bundle (:func:`aml_ray.serve_app.tracks.job_bundles`), each into
+``<run dir>/<bundle>`` with :func:`aml_ray.evaluation.evaluate`. A claim after an expired lease (the
+previous runner died: node lost, process killed) is a resumption: a bundle whose run.json says
+``completed`` is read back from its results.json, a bundle with an unfinished run.json is resumed from its
+evidence (``resume``: same run_id, finished Adds and questions skipped), so the job ends with the result an
+uninterrupted run would have had.
 
-Error summaries are redacted: the decrypted secret is replaced wherever it could appear.
+For each job the runner re-validates the version's endpoints (DNS may have changed since submission),
+decrypts the Memory System Key into the in-memory ``ParticipantSpec`` only, stores the result and, for a
+full job, opens its review with the publication gate. Error summaries are redacted: the decrypted
+secret is replaced wherever it could appear. A runner that lost its lease writes nothing more.
 """
 
 from __future__ import annotations
 
 import json
-
 import logging
-import queue
+import secrets
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import SecretStr
 
 from aml_ray.actors.participant import ParticipantSpec
-from aml_ray.config import model_endpoint_from_env
 from aml_ray.security import EndpointRejected, validate_endpoint_url
-from aml_ray.serve_app.gate import publication_gate, release_baseline, run_facts
-from aml_ray.serve_app.settings import TRACK_DATASETS
-from aml_ray.store.jobs import fail_interrupted, get_job, mark_completed, mark_failed, mark_running, \
-    queued_job_ids, record_progress
+from aml_ray.serve_app.gate import publication_gate, release_baseline, run_facts, suite_facts
+from aml_ray.serve_app.tracks import JobBundle, MissingBundles, NoSuite, job_bundles, track_suite
+from aml_ray.store.jobs import get_job, mark_completed, mark_failed, mark_running, record_progress
 from aml_ray.store.keys import load_secret
 from aml_ray.store.models import Version
+from aml_ray.store.queue import claim_job, owns, renew_lease
 from aml_ray.store.results import open_review, save_result
 
 log = logging.getLogger("aml_ray.serve_app.worker")
@@ -48,100 +49,86 @@ def redact(text: str, secret: SecretStr | None) -> str:
     return text
 
 
+def new_owner(prefix: str = "run") -> str:
+    """A lease owner id: ``<prefix>-`` + 16 random characters (at most 64 characters in all)."""
+    return f"{prefix[:40]}-{secrets.token_urlsafe(12)}"
+
+
+class LeaseLost(RuntimeError):
+    """Another runner holds the job now (this one's lease expired): stop without writing."""
+
+
+class _Heartbeat:
+    """Renews ``owner``'s lease every third of ``lease_s`` until stopped; ``lost`` is set when it cannot."""
+
+    def __init__(self, sessions, job_id: str, owner: str, lease_s: float):
+        self.sessions, self.job_id, self.owner, self.lease_s = sessions, job_id, owner, lease_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"aml-lease-{job_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                with self.sessions.begin() as session:
+                    if not renew_lease(session, self.job_id, owner=self.owner, lease_s=self.lease_s):
+                        self.lost.set()
+                        return
+            except Exception:  # a database hiccup: try again next beat; the lease covers two misses
+                log.warning("job %s: lease renewal failed", self.job_id, exc_info=True)
+
+
 class JobWorker:
-    """Runs up to ``settings.max_concurrent_jobs`` jobs at once, each in its own daemon thread.
+    """Runs jobs of the service, one :meth:`run_job` call per job.
 
     Args:
         service: the :class:`aml_ray.serve_app.deps.Service` (settings, sessions, secret box).
-
-    Attributes:
-        idle: set while no job is queued or running.
     """
 
     def __init__(self, service):
         self.service = service
-        self.n_threads = service.settings.max_concurrent_jobs
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._pending = 0  # submitted and not finished
-        self._running: set[str] = set()
-        self.idle = threading.Event()
-        self.idle.set()
 
-    def start(self) -> None:
-        """Fail jobs interrupted by a restart, requeue queued ones, start the threads."""
-        with self.service.sessions.begin() as session:
-            n = fail_interrupted(session)
-            pending = queued_job_ids(session)
-        if n:
-            log.warning("marked %d interrupted job(s) failed", n)
-        for job_id in pending:
-            self.submit(job_id)
-        for i in range(self.n_threads):
-            thread = threading.Thread(target=self._loop, name=f"aml-job-worker-{i}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+    def run_job(self, job_id: str, owner: str | None = None) -> None:
+        """Claim (or hold) ``job_id``'s lease and run it to completion, failure or partial end.
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask every thread to stop after its current job; wait up to ``timeout`` seconds in all."""
-        for _ in self._threads:
-            self._queue.put(None)
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-    def submit(self, job_id: str) -> None:
-        """Queue a job id."""
-        with self._lock:
-            self._pending += 1
-            self.idle.clear()
-        self._queue.put(job_id)
-
-    def running_jobs(self) -> set[str]:
-        """A copy of the ids of the jobs running now."""
-        with self._lock:
-            return set(self._running)
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Block until no job is queued or running (tests); returns False on timeout."""
-        return self.idle.wait(timeout)
-
-    def _loop(self) -> None:
-        while True:
-            job_id = self._queue.get()
-            if job_id is None:
+        Args:
+            job_id: the job.
+            owner: the lease owner the dispatcher claimed it as; None claims it here (a queued job, or a
+                running one whose lease expired). A job this caller cannot claim or no longer owns is left alone.
+        """
+        settings, sessions = self.service.settings, self.service.sessions
+        with sessions.begin() as session:
+            if owner is None:
+                owner = new_owner()
+                if claim_job(session, owner=owner, lease_s=settings.lease_s, job_id=job_id) is None:
+                    return
+            elif not owns(session, job_id, owner):
                 return
-            # the same id queued twice (requeued at start, then submitted) never runs twice at once, and
-            # run_job skips a job that is no longer queued
-            with self._lock:
-                duplicate = job_id in self._running
-                self._running.add(job_id)
+            job = get_job(session, job_id)
+            if job.attempts > settings.max_attempts:
+                mark_failed(job, f"interrupted {job.attempts - 1} times (its runner died each time); start a new job")
+                return
+        with _Heartbeat(sessions, job_id, owner, settings.lease_s) as beat:
             try:
-                if not duplicate:
-                    self.run_job(job_id)
-            except Exception:  # the worker must survive any job; the job is marked failed in run_job
-                log.exception("job %s: worker error", job_id)
-            finally:
-                with self._lock:
-                    if not duplicate:
-                        self._running.discard(job_id)
-                    self._pending -= 1
-                    if self._pending == 0:
-                        self.idle.set()
+                self._run(job_id, owner, beat)
+            except LeaseLost:
+                log.warning("job %s: lease lost to another runner; this runner stops", job_id)
 
-    def run_job(self, job_id: str) -> None:
-        """Run one job to completion or failure (status, result and review written to the store)."""
-        from aml_ray.evaluation import EvaluationConfig, evaluate
+    def _run(self, job_id: str, owner: str, beat: _Heartbeat) -> None:
         from aml_ray.pipeline import StageFailed
 
-        settings = self.service.settings
+        settings, sessions = self.service.settings, self.service.sessions
         secret: SecretStr | None = None
-        sessions = self.service.sessions
         with sessions.begin() as session:
             job = get_job(session, job_id)
-            if job.status != "queued":
-                return
             version = session.get(Version, job.version_id)
             label = f"{version.system.name}/{version.label}"
             try:
@@ -149,65 +136,82 @@ class JobWorker:
             except EndpointRejected as exc:
                 mark_failed(job, f"endpoint rejected at job start: {exc}")
                 return
-            run_dir = Path(settings.runs_dir) / job.id
-            mark_running(job, str(run_dir))
-            mode, track, run_label = job.mode, job.track, job.run_label
-        dataset = TRACK_DATASETS[track][0]
-        last_write = [0.0]
-        if mode == "smoke" and not self._smoke_conformance(job_id, spec, secret):
-            return
-
-        latest: dict[str, int] = {}  # the newest "done" counts: written at the end even when throttled
-
-        def on_progress(kind: str, values: dict[str, int]) -> None:
-            now = time.monotonic()
-            if kind != "totals":
-                latest.update(values)
-                if now - last_write[0] < PROGRESS_INTERVAL_S:
-                    return
-            last_write[0] = now
-            with sessions.begin() as s:
-                record_progress(get_job(s, job_id), kind, values)
-
-        def final_progress() -> None:
-            if latest:
-                with sessions.begin() as s:
-                    record_progress(get_job(s, job_id), "done", latest)
-
-        cfg = EvaluationConfig(
-            dataset=dataset, participant=spec, answer=model_endpoint_from_env("answer"),
-            judge=model_endpoint_from_env("judge"), out_dir=run_dir, data_path=settings.dataset_paths.get(dataset),
-            limit_samples=settings.smoke_limit_samples if mode == "smoke" else settings.full_limit_samples,
-            run_label=run_label, participant_label=label)
+            run_dir = Path(job.run_dir or Path(settings.runs_dir) / job.id)
+            resuming = job.attempts > 1
+            if not resuming:
+                mark_running(job, str(run_dir))
+            mode, track, run_label, conformance_done = job.mode, job.track, job.run_label, job.conformance is not None
         try:
-            result = evaluate(cfg, on_progress=on_progress, num_cpus=settings.num_cpus)
+            bundles = job_bundles(settings, track, mode)
+        except (NoSuite, MissingBundles) as exc:
+            log.error("job %s: %s", job_id, exc)
+            self._fail(job_id, owner, str(exc))
+            return
+        if mode == "smoke" and not (resuming and conformance_done) and \
+                not self._smoke_conformance(job_id, owner, spec, secret):
+            return
+        progress = _Progress(sessions, job_id)
+        runs: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+        try:
+            for bundle in bundles:
+                if beat.lost.is_set():
+                    raise LeaseLost(job_id)
+                runs.append(self._bundle(bundle, run_dir / bundle.name, spec, mode, track, run_label, label, progress))
         except StageFailed as exc:
-            final_progress()
-            self._fail(job_id, redact(exc.summary, secret))
+            progress.flush()
+            self._fail(job_id, owner, redact(exc.summary, secret))
             return
-        except Exception as exc:  # dataset missing, Ray failure...: summarised, secret redacted
+        except LeaseLost:
+            raise
+        except Exception as exc:  # dataset refused, Ray failure...: summarised, secret redacted
             log.error("job %s failed: %s", job_id, type(exc).__name__)
-            self._fail(job_id, redact(f"{type(exc).__name__}: {exc}", secret))
+            self._fail(job_id, owner, redact(f"{type(exc).__name__}: {exc}", secret))
             return
-        final_progress()
-        table = result.table.to_dicts()
-        facts = run_facts(result.run_info)
-        status = result.run_info["status"]  # derived from the evidence (aml_ray.outcome), never assumed
+        progress.flush()
+        suite = track_suite(settings, track)
+        table = [row for rows, _ in runs for row in rows]
+        facts = suite_facts([run_facts(info) for _, info in runs], suite=f"{suite.name}@{suite.version}")
+        statuses = [info["status"] for _, info in runs]  # derived from the evidence (aml_ray.outcome)
         with sessions.begin() as session:
+            if not owns(session, job_id, owner):
+                raise LeaseLost(job_id)
             job = get_job(session, job_id)
             save_result(session, job, table, facts)
-            if status != "completed":  # partial: the result is kept for the participant; no review, quota back
-                mark_failed(job, redact(result.run_info.get("error") or status, secret), status=status)
-                log.info("job %s ended %s", job_id, status)
+            if any(s != "completed" for s in statuses):  # partial: kept for the participant; no review, quota back
+                errors = "; ".join(info.get("error") or info["status"] for _, info in runs if info["status"] != "completed")
+                mark_failed(job, redact(errors, secret), status="partial")
+                log.info("job %s ended partial", job_id)
                 return
             record_progress(job, "done", {s.stage: s.total for s in job.stages})  # every unit finished
             mark_completed(session, job)
             if mode == "full":
-                gate = publication_gate(session, job, table, facts, release_baseline(settings, track))
+                gate = publication_gate(session, job, table, facts, release_baseline(settings, track, bundles))
                 open_review(session, job, gate)
         log.info("job %s completed", job_id)
 
-    def _smoke_conformance(self, job_id: str, spec: ParticipantSpec, secret: SecretStr | None) -> bool:
+    def _bundle(self, bundle: JobBundle, out_dir: Path, spec: ParticipantSpec, mode: str, track: str,
+                run_label: str, label: str, progress: _Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Run, resume or read back one bundle; returns its (table rows, run.json)."""
+        from aml_ray.evaluation import EvaluationConfig, evaluate
+
+        settings = self.service.settings
+        run_json = out_dir / "run.json"
+        if run_json.exists():
+            info = json.loads(run_json.read_text())
+            if info.get("status") == "completed":  # finished before the interruption: read back, not rerun
+                results = json.loads((out_dir / "results.json").read_text())
+                progress.bundle_done(info)
+                return results["table"], info
+        cfg = EvaluationConfig(
+            dataset=bundle.dataset, participant=spec, answer=settings.model("answer"), judge=settings.model("judge"),
+            out_dir=out_dir, data_path=bundle.path, suite=settings.suite_for(track), resume=run_json.exists(),
+            limit_samples=settings.smoke_limit_samples if mode == "smoke" else settings.full_limit_samples,
+            run_label=run_label, participant_label=label)
+        result = evaluate(cfg, on_progress=progress.callback, num_cpus=settings.num_cpus)
+        progress.bundle_done(result.run_info)
+        return result.table.to_dicts(), result.run_info
+
+    def _smoke_conformance(self, job_id: str, owner: str, spec: ParticipantSpec, secret: SecretStr | None) -> bool:
         """Run the conformance battery (aml_ray.conformance) first in a smoke job and store its report.
 
         Issue 8 / seed workflow: a smoke whose required checks fail stops there, with the failing
@@ -226,12 +230,13 @@ class JobWorker:
         if exit_code(results) == 0:
             return True
         failing = [f"{r.name} [{r.field}]: {r.message}" for r in results if r.blocking]
-        self._fail(job_id, redact("conformance checks failed: " + "; ".join(failing), secret))
+        self._fail(job_id, owner, redact("conformance checks failed: " + "; ".join(failing), secret))
         return False
 
-    def _fail(self, job_id: str, summary: str) -> None:
+    def _fail(self, job_id: str, owner: str, summary: str) -> None:
         with self.service.sessions.begin() as session:
-            mark_failed(get_job(session, job_id), summary)
+            if owns(session, job_id, owner):
+                mark_failed(get_job(session, job_id), summary)
 
     def _participant(self, session, version: Version) -> tuple[ParticipantSpec, SecretStr | None]:
         allow = self.service.settings.allow_loopback
@@ -244,3 +249,59 @@ class JobWorker:
                                max_in_flight=version.max_in_flight, requests_per_s=version.requests_per_s,
                                timeout_s=version.timeout_s)
         return spec, secret
+
+
+class _Progress:
+    """Stage progress of a job over its bundles: finished bundles' counts plus the running bundle's.
+
+    A bundle's totals are known when it starts, so the job's totals grow bundle by bundle.
+    """
+
+    def __init__(self, sessions, job_id: str):
+        self.sessions, self.job_id = sessions, job_id
+        self.base_totals: dict[str, int] = {}
+        self.base_done: dict[str, int] = {}
+        self.totals: dict[str, int] = {}
+        self.latest: dict[str, int] = {}
+        self._last_write = 0.0
+
+    def _sum(self, base: dict[str, int], current: dict[str, int]) -> dict[str, int]:
+        keys = set(base) | set(current)
+        return {k: base.get(k, 0) + current.get(k, 0) for k in keys}
+
+    def callback(self, kind: str, values: dict[str, int]) -> None:
+        """The ``on_progress`` of :func:`aml_ray.evaluation.evaluate` for the running bundle."""
+        now = time.monotonic()
+        if kind == "totals":
+            self.totals = dict(values)
+            self._write("totals", self._sum(self.base_totals, self.totals))
+            self._last_write = now
+            return
+        self.latest.update(values)
+        if now - self._last_write >= PROGRESS_INTERVAL_S:
+            self._last_write = now
+            self._write("done", self._sum(self.base_done, self.latest))
+
+    def bundle_done(self, info: dict[str, Any]) -> None:
+        """Fold a finished bundle's counts into the base (its totals count as done)."""
+        totals = self.totals or _totals_of(info)
+        self.base_totals = self._sum(self.base_totals, totals)
+        self.base_done = self._sum(self.base_done, {**self.latest, **{k: v for k, v in totals.items()}})
+        self.totals, self.latest = {}, {}
+        self._write("totals", self.base_totals)
+        self._write("done", self.base_done)
+
+    def flush(self) -> None:
+        """Write the newest counts (called when the job ends)."""
+        if self.latest:
+            self._write("done", self._sum(self.base_done, self.latest))
+
+    def _write(self, kind: str, values: dict[str, int]) -> None:
+        with self.sessions.begin() as s:
+            record_progress(get_job(s, self.job_id), kind, values)
+
+
+def _totals_of(info: dict[str, Any]) -> dict[str, int]:
+    ds = info["dataset"]
+    model_total = 0 if info.get("retrieval_only") else ds["scorable_questions"]
+    return {"add": ds["chunks"], "search": ds["scorable_questions"], "answer": model_total, "judge": model_total}

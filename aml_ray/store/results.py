@@ -122,7 +122,8 @@ def approve_review(session: Session, review_id: str, *, actor: str) -> PublicSub
     sub = PublicSubmission(job_id=job.id, version_id=version.id, track=job.track, system_name=system.name,
                            organization=system.organization, version_label=version.label,
                            division=system.division, overall=result.overall, coverage=result.coverage,
-                           per_dataset=result.per_dataset)
+                           per_dataset=result.per_dataset, suite=(result.facts or {}).get("suite"),
+                           answer_model=((result.facts or {}).get("models", {}).get("answer") or {}).get("model"))
     session.add(sub)
     review.status, review.decided_by, review.decided_at = "approved", actor, utcnow()
     session.flush()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 
 from aml_ray.serve_app.deps import KeyDep, ServiceDep, SessionDep
 from aml_ray.serve_app.schemas import Checklist, JobIn, JobOut, StageOut
-from aml_ray.serve_app.settings import TRACK_DATASETS
+from aml_ray.serve_app.tracks import MissingBundles, NoSuite, job_bundles
 from aml_ray.store.errors import Conflict
 from aml_ray.store.jobs import create_job, get_job_for_key, jobs_for_key
 from aml_ray.store.keys import version_for_key
@@ -43,14 +43,19 @@ def submit_job(body: JobIn, key: KeyDep, session: SessionDep, service: ServiceDe
     """Queue a smoke or full job for a version bound to the caller's key.
 
     Refusals: 422 for an unconfirmed checklist (full), 404 for a version of another key, 409 for a duplicate
-    run label, an active job, full before a passed smoke, or a track without a suite; 429 for a quota.
+    run label, an active job, full before a passed smoke, or a track without a suite; 429 for a quota;
+    503 when the deployment lacks a bundle of the track's suite (an operator error, named in the detail).
     """
     _check_checklist(body)
     version = version_for_key(session, key.id, body.version_id)
     if version.track != body.track:
         raise Conflict(f"version {version.id} is registered for track {version.track}, not {body.track}")
-    if not TRACK_DATASETS.get(body.track):
-        raise Conflict(f"track {body.track} has no evaluation suite on this platform yet")
+    try:
+        job_bundles(service.settings, body.track, body.mode)
+    except NoSuite as exc:
+        raise Conflict(str(exc)) from None
+    except MissingBundles as exc:
+        raise HTTPException(503, detail=str(exc)) from None
     job = create_job(session, key_id=key.id, version=version, mode=body.mode, run_label=body.run_label,
                      edition=service.settings.edition,
                      checklist=body.checklist.model_dump() if body.checklist else None)

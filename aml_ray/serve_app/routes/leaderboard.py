@@ -24,9 +24,22 @@ templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / 
 Sort = Literal["overall", "coverage", "published_at", "system"]
 
 
+def competition_ranks(keys: list) -> list[int]:
+    """Standard competition ranks of values already in display order: equal neighbours share a rank.
+
+    Examples:
+        >>> competition_ranks([0.9, 0.8, 0.8, 0.7])
+        [1, 2, 2, 4]
+    """
+    ranks: list[int] = []
+    for i, key in enumerate(keys):
+        ranks.append(ranks[-1] if i and key == keys[i - 1] else i + 1)
+    return ranks
+
+
 def board(session, track: str, division: str | None, dataset: str | None, sort: str | None,
           order: str) -> LeaderboardOut:
-    """The rows of a track after filters and sorting, ranked 1..n."""
+    """The rows of a track after filters and sorting, ranked by :func:`competition_ranks` of the sort key."""
     rows = leaderboard(session, track, division=division, sort=sort or "overall", descending=order == "desc")
     datasets = sorted({d for r in rows for d in r.per_dataset} | set(board_datasets(track)))
     if dataset:
@@ -37,10 +50,17 @@ def board(session, track: str, division: str | None, dataset: str | None, sort: 
                 acc = r.per_dataset[dataset].get("accuracy")
                 return -1.0 if acc is None else acc
             rows.sort(key=score, reverse=order == "desc")
-    out = [LeaderboardRow(rank=i, system=r.system_name, organization=r.organization, version=r.version_label,
+    if dataset and sort is None:
+        keys = [r.per_dataset[dataset].get("accuracy") for r in rows]
+    else:
+        column = {"system": "system_name"}.get(sort or "overall", sort or "overall")
+        keys = [getattr(r, column) for r in rows]
+    ranks = competition_ranks(keys) if (sort or "overall") in ("overall", "coverage") else list(range(1, len(rows) + 1))
+    out = [LeaderboardRow(rank=rank, system=r.system_name, organization=r.organization, version=r.version_label,
                           division=r.division, overall=r.overall, coverage=r.coverage,
                           datasets={d: r.per_dataset[d] for d in datasets if d in r.per_dataset},
-                          published_at=r.published_at) for i, r in enumerate(rows, start=1)]
+                          answer_model=r.answer_model, suite=r.suite,
+                          published_at=r.published_at) for rank, r in zip(ranks, rows)]
     return LeaderboardOut(track=track, datasets=datasets, rows=out)
 
 

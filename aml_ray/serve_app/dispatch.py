@@ -1,0 +1,145 @@
+"""The job dispatcher of one Serve replica: claims queued jobs from the database and starts their actors.
+
+Every replica runs one dispatcher thread. Each turn it ends the bookkeeping of actors that finished,
+claims jobs while it runs fewer than ``settings.max_concurrent_jobs`` (:func:`aml_ray.store.queue.claim_job`:
+``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL, a conditional UPDATE on SQLite, so two replicas never
+take the same job) and starts a detached :class:`aml_ray.serve_app.job_actor.JobActor` for each. It wakes
+when a job is submitted through this replica, else every ``settings.poll_interval_s`` seconds (jobs
+submitted through another replica, and jobs whose runner died and whose lease expired, are found then).
+
+It also runs the evidence purge on its schedule (``settings.purge_interval_s``; :mod:`aml_ray.store.retention`).
+
+Stopping the dispatcher (the replica shuts down) leaves running job actors alone: they finish their job
+under their lease. A job whose actor dies is resumed from its evidence by the next claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from aml_ray.store.queue import claim_job
+
+log = logging.getLogger("aml_ray.serve_app.dispatch")
+
+
+class JobDispatcher:
+    """Claims jobs and starts one Ray actor per claimed job.
+
+    Args:
+        service: the :class:`aml_ray.serve_app.deps.Service`.
+        owner_prefix: prefix of this dispatcher's lease owner ids (tests name replicas with it).
+    """
+
+    def __init__(self, service, owner_prefix: str = "replica"):
+        self.service = service
+        self.owner_prefix = owner_prefix
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._running: dict[str, Any] = {}  # job id -> ObjectRef of its actor's run
+        self._last_purge: float | None = None  # the first turn purges
+        self.claimed: list[str] = []  # every job id this dispatcher claimed, in order (tests, logs)
+
+    def start(self) -> None:
+        """Start the dispatcher thread (it looks at the queue at once)."""
+        self._thread = threading.Thread(target=self._loop, name="aml-job-dispatcher", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the thread; job actors keep running."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def submit(self, job_id: str) -> None:
+        """A job was queued through this replica: look at the queue now."""
+        self._wake.set()
+
+    def running_jobs(self) -> set[str]:
+        """Ids of the jobs whose actors this dispatcher started and that have not ended."""
+        return set(self._running)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.turn()
+            except Exception:  # the dispatcher must survive a database or Ray hiccup
+                log.exception("dispatcher turn failed")
+            self._wake.wait(self.service.settings.poll_interval_s)
+            self._wake.clear()
+
+    def turn(self) -> list[str]:
+        """One pass: reap finished actors, claim and start jobs up to the limit, purge when due.
+
+        Returns:
+            The ids of the jobs claimed in this pass.
+        """
+        import ray
+
+        settings = self.service.settings
+        if self._running:
+            refs = list(self._running.values())
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for job_id in [j for j, r in self._running.items() if r in done]:
+                del self._running[job_id]
+        claimed = []
+        while len(self._running) < settings.max_concurrent_jobs and not self._stop.is_set():
+            job_id, attempt, owner = self._claim()
+            if job_id is None:
+                break
+            self._running[job_id] = self._launch(job_id, attempt, owner)
+            claimed.append(job_id)
+        self.claimed.extend(claimed)
+        self._maybe_purge()
+        return claimed
+
+    def _claim(self) -> tuple[str | None, int, str]:
+        from aml_ray.serve_app.worker import new_owner
+
+        settings = self.service.settings
+        owner = new_owner(self.owner_prefix)
+        with self.service.sessions.begin() as session:
+            job = claim_job(session, owner=owner, lease_s=settings.lease_s)
+            if job is None:
+                return None, 0, owner
+            if job.attempts > 1:
+                log.warning("job %s: lease expired, resuming it (claim %d)", job.id, job.attempts)
+            return job.id, job.attempts, owner
+
+    def _launch(self, job_id: str, attempt: int, owner: str):
+        from aml_ray.serve_app.job_actor import NAMESPACE, JobActor, actor_name
+
+        actor = JobActor.options(name=actor_name(job_id, attempt), namespace=NAMESPACE,
+                                 lifetime="detached").remote(self.service.settings)
+        log.info("job %s: claim %d runs in actor %s", job_id, attempt, actor_name(job_id, attempt))
+        return actor.run.remote(job_id, owner)
+
+    def _maybe_purge(self) -> None:
+        settings = self.service.settings
+        if not settings.purge_interval_s or (
+                self._last_purge is not None and time.monotonic() - self._last_purge < settings.purge_interval_s):
+            return
+        self._last_purge = time.monotonic()
+        purge_now(self.service)
+
+
+def purge_now(service) -> int:
+    """Purge the evidence of jobs finished more than ``settings.retention_days`` ago (the scheduled purge).
+
+    Returns:
+        How many jobs' evidence was removed.
+    """
+    from pathlib import Path
+
+    from aml_ray.store.retention import purge_evidence
+
+    settings = service.settings
+    items = list(purge_evidence(service.sessions, Path(settings.runs_dir), older_than_days=settings.retention_days))
+    removed = sum(1 for item in items if not item.skipped)
+    if items:
+        log.info("scheduled purge: evidence of %d job(s) removed, %d skipped", removed, len(items) - removed)
+    return removed

@@ -1,0 +1,22 @@
+"""A one-bundle copy of the shipped Textual suite (LoCoMo only) for service tests: a full job then runs
+the suite's fixed list, which is one small bundle (with ``full_limit_samples=1``, one LoCoMo sample)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from aml_ray.suite import SUITES_DIR
+
+
+@lru_cache(maxsize=None)
+def locomo_only_suite() -> str:
+    """Path of a suite file named ``textual-locomo`` with the Textual suite's LoCoMo bundle only."""
+    suite = json.loads((SUITES_DIR / "textual.json").read_text())
+    suite["name"] = "textual-locomo"
+    suite["bundles"] = [b for b in suite["bundles"] if b["name"] == "locomo"]
+    path = Path(tempfile.mkdtemp(prefix="aml-suite-")) / "textual-locomo.json"
+    path.write_text(json.dumps(suite))
+    return str(path)
