@@ -7,38 +7,24 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from pydantic import SecretStr, ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from aml_ray.cli_common import (EXIT_RUN_FAILED, EXIT_USAGE, REFERENCE_PREFIX, console, err, fail,
+                               open_participant, participant_spec)
 
 app = typer.Typer(help="aml-ray: evaluate agent memory systems through the AML Add/Search contract.",
                   pretty_exceptions_enable=False,  # rich tracebacks print locals, which may hold secrets
                   no_args_is_help=True, add_completion=False,
                   rich_markup_mode=None)  # click's plain help: wraps at 80 columns without cutting option names
-# Wide enough for the score table when output is a file or a CI log (rich defaults to 80 columns there).
-console = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
-REFERENCE_PREFIX = "reference:"
 STAGES = ("add", "search", "answer", "judge")
-#: Exit codes of ``aml-ray run`` (README, "Exit codes"): the run completed; the run failed (the participant
-#: or the contract stopped it, it ended partial, or a bundle of the suite failed); a usage or input error
-#: (bad arguments or a bad dataset file, found before anything is created; click's own usage errors are 2 too).
-EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    """Print ``error: message`` to stderr and exit with ``code`` (default: a usage or input error)."""
-    err.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
 
 
 def accuracy_cell(r: dict) -> str:
@@ -118,9 +104,9 @@ def _checkpoints(text: str | None) -> list[float] | None:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        _fail(f"--stream-checkpoints {text!r}: give fractions separated by commas, e.g. '0.5,1'")
+        fail(f"--stream-checkpoints {text!r}: give fractions separated by commas, e.g. '0.5,1'")
     if not values or any(not 0 < v <= 1 for v in values):
-        _fail(f"--stream-checkpoints {text!r}: every fraction must be in (0, 1]")
+        fail(f"--stream-checkpoints {text!r}: every fraction must be in (0, 1]")
     return values
 
 
@@ -129,56 +115,11 @@ def _previous_run(run_dir: Path) -> dict:
 
     path = run_dir / "run.json"
     if not path.is_file():
-        _fail(f"--resume {run_dir}: no run.json there; pass a directory made by 'aml-ray run'")
+        fail(f"--resume {run_dir}: no run.json there; pass a directory made by 'aml-ray run'")
     try:
         return json.loads(path.read_text())
     except ValueError:
-        _fail(f"--resume {run_dir}: run.json is damaged; nothing was changed")
-
-
-def _participant_spec(participant: str, add_url, search_url, auth: str, secret_env: str | None,
-                      max_in_flight: int, rps: float | None):
-    """The participant options, checked before anything is created: ``(label, spec)``, with spec None for
-    ``reference:bm25`` (its URLs exist once it runs). Exits 2 naming the option that is wrong."""
-    from aml_ray.actors.participant import ParticipantSpec
-
-    secret = None
-    if secret_env:
-        value = os.environ.get(secret_env)
-        if not value:
-            _fail(f"--secret-env {secret_env}: the environment variable is empty or unset; export it with "
-                  "the Memory System Key")
-        secret = SecretStr(value)
-    if participant.startswith(REFERENCE_PREFIX):
-        if participant[len(REFERENCE_PREFIX):] != "bm25":
-            _fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
-        return "reference:bm25", None
-    base = participant.rstrip("/")
-    try:
-        spec = ParticipantSpec(add_url=add_url or f"{base}/add", search_url=search_url or f"{base}/search",
-                               auth=auth, secret=secret, max_in_flight=max_in_flight, requests_per_s=rps)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        _fail(f"participant: {'.'.join(map(str, first['loc'])) or 'spec'}: {first['msg']}")
-    return base, spec
-
-
-@contextlib.contextmanager
-def _participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
-                 max_in_flight: int, rps: float | None, multimodal: bool = False):
-    """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
-    parts when ``multimodal``: the run's track is the Multimodal one)."""
-    from aml_ray.actors.participant import ParticipantSpec
-
-    label, spec = _participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
-    if spec is not None:
-        yield label, spec
-        return
-    from aml_ray.reference.server import ReferenceServer
-
-    with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
-        yield label, ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
-                                     health_url=server.health_url, max_in_flight=max_in_flight, requests_per_s=rps)
+        fail(f"--resume {run_dir}: run.json is damaged; nothing was changed")
 
 
 def _missing_top(path: Path) -> Path | None:
@@ -285,29 +226,29 @@ def run(
         judge_prompt, judge_prompt_sha256 = previous["prompts"]["judge"]["source"], previous["prompts"]["judge"]["sha256"]
     out = out or Path("runs") / run_id
     if resume is None and (out / "run.json").exists():
-        _fail(f"--out {out}: a run is already there; choose a new directory, or continue it with --resume {out}")
+        fail(f"--out {out}: a run is already there; choose a new directory, or continue it with --resume {out}")
     try:
         answer, judge = model_endpoint_from_env("answer"), model_endpoint_from_env("judge")
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     # every option, then the dataset file, is checked before anything is created (issue 24, item 7)
-    _participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
+    participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
     created = _missing_top(out)  # what out.mkdir creates, removed again after a usage error that recorded no run
     if suite is not None:  # every present bundle of the suite; the suite fixes dataset files and prompts
         if retrieval_only:
-            _fail("--retrieval-only runs one dataset (--dataset); a suite's Overall needs scored bundles: drop --suite")
+            fail("--retrieval-only runs one dataset (--dataset); a suite's Overall needs scored bundles: drop --suite")
         if data is not None or answer_prompt or judge_prompt:
-            _fail("--suite fixes the dataset files and prompts: drop --data / --answer-prompt / --judge-prompt")
+            fail("--suite fixes the dataset files and prompts: drop --data / --answer-prompt / --judge-prompt")
         from aml_ray.suite import load_suite
         from aml_ray.suite_cli import run_suite
 
         try:
             multimodal = load_suite(suite).track == "multimodal"
         except (FileNotFoundError, ValueError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         out.mkdir(parents=True, exist_ok=True)
         try:
-            with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
+            with open_participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
                               multimodal=multimodal) as (label, spec):
                 try:
                     result = run_suite(suite, participant=spec, participant_label=label, answer=answer, judge=judge,
@@ -316,7 +257,7 @@ def run(
                                        limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch,
                                        num_cpus=num_cpus, console=console)
                 except (FileNotFoundError, FileExistsError, ValueError) as exc:
-                    _fail(str(exc))
+                    fail(str(exc))
         except typer.Exit as exc:
             if exc.exit_code == EXIT_USAGE:
                 _remove_unused_run_dir(out, created)
@@ -335,11 +276,11 @@ def run(
         verify_loaded_bundle(declared.name, data or file, samples, allow_hash_mismatch=allow_hash_mismatch)
         del samples  # kept by the registry for evaluate()'s load of the same file
     except (DatasetError, OSError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     multimodal = declared.track == "multimodal"
     out.mkdir(parents=True, exist_ok=True)
     try:
-        with _participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
+        with open_participant(participant, add_url, search_url, auth, secret_env, out, max_in_flight, rps,
                           multimodal=multimodal) as (label, spec):
             cfg = EvaluationConfig(dataset=dataset, participant=spec, answer=answer, judge=judge, out_dir=out,
                                    data_path=data, allow_hash_mismatch=allow_hash_mismatch, top_k=top_k,
@@ -372,11 +313,11 @@ def run(
                     result = evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus)
                 except StageFailed as exc:
                     progress.stop()
-                    _fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "
+                    fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "
                           f"{out}", EXIT_RUN_FAILED)
                 except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
                     progress.stop()
-                    _fail(str(exc))
+                    fail(str(exc))
     except typer.Exit as exc:
         if exc.exit_code == EXIT_USAGE:
             _remove_unused_run_dir(out, created)
@@ -435,7 +376,7 @@ def rejudge(
         judge = model_endpoint_from_env("judge")
         result = do_rejudge(run_dir, judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256)
     except (FileNotFoundError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print(render_table(result.table, offline=judge.offline, title=f"re-judged by {judge.model}"))
     console.print(f"written to {result.out_dir}")
 
@@ -478,7 +419,7 @@ def compare(
     try:
         result = compare_runs(runs)
     except (FileNotFoundError, ValueError, EvidenceError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if json_output:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return
@@ -507,7 +448,7 @@ def report(
     try:
         path = write_report(runs, out, title=title)
     except (FileNotFoundError, ValueError, EvidenceError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     console.print(f"report written to {path} ({path.stat().st_size / 1024:,.0f} KiB)")
 
 

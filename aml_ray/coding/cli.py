@@ -44,7 +44,7 @@ def generate(
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
 ) -> None:
     """Write an offline fixture bench: tiny repositories with seeded bugs, tests and trajectories."""
-    from aml_ray.cli import _fail, console
+    from aml_ray.cli_common import console, fail as _fail
     from aml_ray.coding.fixtures import generate_bench
 
     if (out / "bench.json").exists():
@@ -91,7 +91,7 @@ def run(
     num_cpus: Annotated[Optional[int], typer.Option(help="CPUs for the local Ray cluster.")] = None,
 ) -> None:
     """Run the Coding evaluation and print resolved rates per condition and the memory gain."""
-    from aml_ray.cli import _fail, _participant, console
+    from aml_ray.cli_common import console, fail as _fail, open_participant as _participant
     from aml_ray.coding.agent import AgentBudget
     from aml_ray.coding.bench import load_bench
     from aml_ray.coding.runner import CodingRunConfig, CodingRunFailed, run_coding

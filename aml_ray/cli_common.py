@@ -1,0 +1,77 @@
+"""What every ``aml-ray`` command shares: the consoles, the exit codes, ``fail`` and the participant options.
+
+Both :mod:`aml_ray.cli` and :mod:`aml_ray.coding.cli` import these from here, so neither imports the other
+back (issue 30: the cli <-> coding/cli import circle).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import typer
+from pydantic import SecretStr, ValidationError
+from rich.console import Console
+
+# Wide enough for the score table when output is a file or a CI log (rich defaults to 80 columns there).
+console = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+REFERENCE_PREFIX = "reference:"
+#: Exit codes of ``aml-ray run`` (README, "Exit codes"): the run completed; the run failed (the participant
+#: or the contract stopped it, it ended partial, or a bundle of the suite failed); a usage or input error
+#: (bad arguments or a bad dataset file, found before anything is created; click's own usage errors are 2 too).
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print ``error: message`` to stderr and exit with ``code`` (default: a usage or input error)."""
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def participant_spec(participant: str, add_url, search_url, auth: str, secret_env: str | None,
+                     max_in_flight: int, rps: float | None):
+    """The participant options, checked before anything is created: ``(label, spec)``, with spec None for
+    ``reference:bm25`` (its URLs exist once it runs). Exits 2 naming the option that is wrong."""
+    from aml_ray.actors.participant import ParticipantSpec
+
+    secret = None
+    if secret_env:
+        value = os.environ.get(secret_env)
+        if not value:
+            fail(f"--secret-env {secret_env}: the environment variable is empty or unset; export it with "
+                  "the Memory System Key")
+        secret = SecretStr(value)
+    if participant.startswith(REFERENCE_PREFIX):
+        if participant[len(REFERENCE_PREFIX):] != "bm25":
+            fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
+        return "reference:bm25", None
+    base = participant.rstrip("/")
+    try:
+        spec = ParticipantSpec(add_url=add_url or f"{base}/add", search_url=search_url or f"{base}/search",
+                               auth=auth, secret=secret, max_in_flight=max_in_flight, requests_per_s=rps)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"participant: {'.'.join(map(str, first['loc'])) or 'spec'}: {first['msg']}")
+    return base, spec
+
+
+@contextlib.contextmanager
+def open_participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
+                 max_in_flight: int, rps: float | None, multimodal: bool = False):
+    """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
+    parts when ``multimodal``: the run's track is the Multimodal one)."""
+    from aml_ray.actors.participant import ParticipantSpec
+
+    label, spec = participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
+    if spec is not None:
+        yield label, spec
+        return
+    from aml_ray.reference.server import ReferenceServer
+
+    with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
+        yield label, ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
+                                     health_url=server.health_url, max_in_flight=max_in_flight, requests_per_s=rps)
