@@ -34,6 +34,14 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
     at ``--scale 1`` and on one round of its thread pool (10 samples) above, extrapolated by rounds
     (every sample has the same shape, so every round costs the same); ``--peer-samples N`` changes that.
 
+``--mode serial`` (issue 29)
+    What a real evaluation costs: the real ``aml-ray run`` command on ``--serial-samples`` LoCoMo
+    samples against a participant that serves one request at a time (Search 35 ms, Add 300 ms, times
+    ``--service-scale``) and against the fast one, each beside a peer-style sequential harness in the same
+    run: wall time vs the participant's busy-time bound, command-to-first-Add, last-Search-to-exit,
+    aml-ray's CPU per question across its processes, the latency and queue wait run.json reports and the
+    adaptive in-flight limit (``scripts/bench_serial.py``).
+
 ``--warm`` (search mode) runs a small job on the same Ray first and measures the next one, as a service's
 worker runs job after job: Ray Data's own actors (stats, autoscaling coordinator, actor locations) and
 the dashboard agent are then started, and their start-up CPU is not in the measured run.
@@ -50,6 +58,8 @@ needs more of it than a plain loop does). Examples::
     .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 10 --repeat 3
     .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 1 --nodes 2 --skip-peer
     .venv/bin/python scripts/bench_pipeline.py --mode e2e --scale 100 --offline-models  # memory scaling
+    .venv/bin/python scripts/bench_pipeline.py --mode serial                      # issue 29: real-participant costs
+    .venv/bin/python scripts/bench_pipeline.py --mode serial --service-scale 0.1 --serial-participants serial
 """
 
 from __future__ import annotations
@@ -1018,7 +1028,13 @@ def _dig(d: dict[str, Any], path: str):
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="aml-ray pipeline benchmark (see the module docstring)")
-    p.add_argument("--mode", choices=["search", "e2e"], default="search")
+    p.add_argument("--mode", choices=["search", "e2e", "serial"], default="search")
+    p.add_argument("--serial-samples", type=int, default=2, help="--mode serial: LoCoMo samples")
+    p.add_argument("--service-scale", type=float, default=1.0,
+                   help="--mode serial: the serial participant's service times (35 ms Search, 300 ms Add) times this")
+    p.add_argument("--serial-participants", choices=["both", "serial", "fast"], default="both",
+                   help="--mode serial: which participants")
+    p.add_argument("--num-cpus", type=int, default=2, help="--mode serial: aml-ray run --num-cpus")
     p.add_argument("--queries", type=int, default=10_000, help="Searches in --mode search")
     p.add_argument("--latency-ms", type=float, default=20.0, help="participant latency")
     p.add_argument("--add-latency-ms", type=float, default=None, help="participant Add latency (default: --latency-ms)")
@@ -1056,6 +1072,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.add_latency_ms is not None and args.mode == "search":
         raise SystemExit("--add-latency-ms applies to --mode e2e")
+    if args.mode == "serial":
+        from bench_serial import report_serial, serial_run
+
+        report_serial(args, [serial_run(args) for _ in range(args.repeat)])
+        return
     run = search_run if args.mode == "search" else e2e_run
     if args.child or args.repeat == 1:
         result = run(args)

@@ -119,7 +119,9 @@ class Counters:
         return {"steady": self.steady(), "n": self.n, "first": self.first, "last": self.last, "max_in_flight": self.max_in_flight,
                 "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline,
                 "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls,
-                "late_ms": self.lateness()}
+                "late_ms": self.lateness(),
+                # the first two arrivals of each kind: a run's pre-flight probe, then its first request
+                "first_two": {kind: times[:2] for kind, times in self.arrivals.items()}}
 
 
 _FILLER = "x" * 80

@@ -12,7 +12,6 @@ import statistics
 
 import pytest
 
-from aml_ray.actors.adaptive import AdaptiveLimit
 from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
 from aml_ray.contract import SearchRequest
 from scripts.loopback_servers import ServerProcess
@@ -79,7 +78,7 @@ async def test_a_participant_that_keeps_up_gets_its_declared_limit():
     assert limit["trajectory"][0] == [0, 1] and limit["trajectory"][-1][1] == limit["final"]
 
 
-def _simulate(limit: AdaptiveLimit, service_ms: float, capacity: int, replies: int, add_every: int = 0) -> list[int]:
+def _simulate(limit, service_ms: float, capacity: int, replies: int, add_every: int = 0) -> list[int]:
     """Replies of a participant serving ``capacity`` at once: latency = service x ceil(in flight / capacity)."""
     seen = []
     for i in range(replies):
@@ -92,17 +91,23 @@ def _simulate(limit: AdaptiveLimit, service_ms: float, capacity: int, replies: i
 
 @pytest.mark.parametrize("capacity, low, high", [(1, 1, 2), (4, 3, 8), (64, 64, 64)])
 def test_the_limit_settles_near_the_capacity(capacity, low, high):
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
     seen = _simulate(AdaptiveLimit(64), 35.0, capacity, 3000)
     assert low <= min(seen[-500:]) and max(seen[-500:]) <= high, (min(seen[-500:]), max(seen[-500:]))
 
 
 def test_adds_and_searches_each_compare_with_their_own_baseline():
     """A 15x slower Add among Searches does not read as queueing at a participant that keeps up."""
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
     seen = _simulate(AdaptiveLimit(32), 35.0, 1000, 2000, add_every=7)
     assert min(seen[-500:]) == 32
 
 
 def test_bad_arguments_are_named():
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
     with pytest.raises(ValueError, match="max_limit"):
         AdaptiveLimit(0)
     with pytest.raises(ValueError, match="tolerance"):
