@@ -102,7 +102,7 @@ class TreeCpu:
 def run_command(base_url: str, samples: int, out: Path, concurrency: int, num_cpus: int) -> dict[str, Any]:
     """``aml-ray run`` against ``base_url``; wall time, exit time and CPU (whole tree) of the command."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    cmd = [str(REPO / ".venv" / "bin" / "aml-ray"), "run", "--dataset", "locomo", "--data", str(LOCOMO),
+    cmd = [str(Path(sys.executable).parent / "aml-ray"), "run", "--dataset", "locomo", "--data", str(LOCOMO),
            "--limit-samples", str(samples), "--participant", base_url, "--out", str(out),
            "--max-in-flight", str(concurrency), "--num-cpus", str(num_cpus)]
     t0 = time.monotonic()
