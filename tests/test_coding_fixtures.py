@@ -74,4 +74,4 @@ def test_cli_generate_and_run_needs_an_answer_model(tmp_path, monkeypatch):
                               "--participant", "http://127.0.0.1:9"])
     assert res.exit_code == 2 and "ANSWER_API_BASE" in res.output
     res = runner.invoke(app, ["coding", "run"])
-    assert res.exit_code == 2 and "exactly one of --bench and --swecontextbench" in res.output
+    assert res.exit_code == 2 and "exactly one of --bench, --cambench and --swecontextbench" in res.output

@@ -101,6 +101,15 @@ def write_bench(root: Path, name: str, rows: list[dict[str, Any]], trajectories:
     return path
 
 
+def load_trajectories(root: Path) -> dict[str, Trajectory]:
+    """Every ``<root>/trajectories/*.json``, by trajectory id (file-name order)."""
+    trajectories: dict[str, Trajectory] = {}
+    for f in sorted((Path(root) / "trajectories").glob("*.json")):
+        t = trajectory_from_json(json.loads(f.read_text(encoding="utf-8")))
+        trajectories[t.trajectory_id] = t
+    return trajectories
+
+
 def load_bench(root: Path) -> CodingBench:
     """Read a local bench folder.
 
@@ -122,10 +131,7 @@ def load_bench(root: Path) -> CodingBench:
         raise FileNotFoundError(f"{path} not found: a bench folder holds bench.json, trajectories/ and repos/ "
                                 "(see aml_ray.coding.bench)")
     doc = json.loads(path.read_text(encoding="utf-8"))
-    trajectories: dict[str, Trajectory] = {}
-    for f in sorted((root / "trajectories").glob("*.json")):
-        t = trajectory_from_json(json.loads(f.read_text(encoding="utf-8")))
-        trajectories[t.trajectory_id] = t
+    trajectories = load_trajectories(root)
     tasks = []
     for row in doc["tasks"]:
         snap = row.get("snapshot")

@@ -24,7 +24,7 @@ def rates_table(rates, gains, title: str) -> tuple[Table, Table]:
         t.add_column(col, justify="left" if col in ("condition", "repository") else "right")
     for r in rates.to_dicts():
         t.add_row(r["condition"], r["repo"], str(r["n_attempted"]), str(r["n_scored"]), f"{r['coverage']:.3f}",
-                  f"{r['resolved_rate']:.3f} ± {r['resolved_se']:.3f}",
+                  "not run" if r["resolved_rate"] is None else f"{r['resolved_rate']:.3f} ± {r['resolved_se']:.3f}",
                   style="bold" if r["repo"] == "overall" else None)
     g = Table(title="memory gain (resolved-rate difference)")
     for col in ("repository", "relevant", "noisy", "baseline", "relevant - noisy", "relevant - baseline"):
@@ -41,22 +41,28 @@ def rates_table(rates, gains, title: str) -> tuple[Table, Table]:
 def generate(
     out: Annotated[Path, typer.Argument(help="Folder for the bench (bench.json, trajectories/, repos/).")],
     repos: Annotated[int, typer.Option(min=1, max=4, help="Number of repositories (tasks).")] = 3,
+    tasks: Annotated[Optional[int], typer.Option(min=1, max=1000, help="Number of tasks (CAMBench's shape: 150); "
+                                                 "overrides --repos.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (same seed, same files).")] = 0,
 ) -> None:
-    """Write an offline fixture bench: tiny repositories with seeded bugs, tests and trajectories."""
+    """Write an offline fixture bench (bench.json and cambench.jsonl): tiny repositories with seeded bugs."""
     from aml_ray.cli_common import console, fail as _fail
+    from aml_ray.coding.cambench import write_cambench
     from aml_ray.coding.fixtures import generate_bench
 
     if (out / "bench.json").exists():
         _fail(f"{out}/bench.json exists; choose an empty folder")
-    bench, _ = generate_bench(out, n_repos=repos, seed=seed)
+    bench, _ = generate_bench(out, n_repos=repos, seed=seed, n_tasks=tasks)
+    write_cambench(bench, out)
     console.print(f"wrote {len(bench.tasks)} tasks ({', '.join(bench.repos())}) and "
-                  f"{len(bench.trajectories)} trajectories to {out}")
+                  f"{len(bench.trajectories)} trajectories to {out} (bench.json, cambench.jsonl)")
 
 
 @coding_app.command("run")
 def run(
     bench: Annotated[Optional[Path], typer.Option(help="A bench folder (bench.json).")] = None,
+    cambench: Annotated[Optional[Path], typer.Option(help="A CAMBench task/condition file (cambench.jsonl; "
+                                                     "format in aml_ray/coding/cambench.py).")] = None,
     swecontextbench: Annotated[Optional[Path], typer.Option(help="SWE-ContextBench Lite rows folder "
                                                             "(instead of --bench).")] = None,
     experience: Annotated[Optional[Path], typer.Option(help="Past-experience transcripts (*.jsonl) for "
@@ -94,17 +100,18 @@ def run(
     from aml_ray.cli_common import console, fail as _fail, open_participant as _participant
     from aml_ray.coding.agent import AgentBudget
     from aml_ray.coding.bench import load_bench
+    from aml_ray.coding.cambench import load_cambench
     from aml_ray.coding.runner import CodingRunConfig, CodingRunFailed, run_coding
     from aml_ray.coding.sandbox import ContainerSandbox, SandboxConfig, SandboxUnavailable, SubprocessSandbox
     from aml_ray.coding.swecontextbench import lite_bench
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.ids import new_run_id
 
-    if (bench is None) == (swecontextbench is None):
-        _fail("give exactly one of --bench and --swecontextbench")
+    if sum(x is not None for x in (bench, cambench, swecontextbench)) != 1:
+        _fail("give exactly one of --bench, --cambench and --swecontextbench")
     try:
-        loaded = load_bench(bench) if bench else lite_bench(swecontextbench, experience_dir=experience,
-                                                            snapshots_dir=snapshots)
+        loaded = (load_bench(bench) if bench else load_cambench(cambench) if cambench
+                  else lite_bench(swecontextbench, experience_dir=experience, snapshots_dir=snapshots))
         answer = model_endpoint_from_env("answer")
         config = SandboxConfig(wall_clock_s=wall_clock_s, memory_mb=memory_mb, pids_limit=pids_limit,
                                unsandboxed=unsandboxed, python=python)

@@ -242,33 +242,43 @@ def _trajectories(rng: random.Random, t: _Template, others: list[_Template], idx
     return relevant, noisy
 
 
-def generate_bench(root: Path, *, n_repos: int = 3, seed: int = 0, name: str = FIXTURE_DATASET
-                   ) -> tuple[CodingBench, list[FixtureKey]]:
-    """Write a bench of ``n_repos`` generated repositories under ``root`` and load it back.
+def generate_bench(root: Path, *, n_repos: int = 3, seed: int = 0, name: str = FIXTURE_DATASET,
+                   n_tasks: int | None = None) -> tuple[CodingBench, list[FixtureKey]]:
+    """Write a bench of generated repositories under ``root`` and load it back.
 
     Args:
         root: an empty or new folder.
-        n_repos: how many repositories (tasks), 1 to 4.
+        n_repos: how many repositories, one task each, 1 to 4 (used when ``n_tasks`` is None).
         seed: the random seed (same seed, same bytes).
         name: the bench's dataset name.
+        n_tasks: how many tasks, 1 to 1,000 (CAMBench's shape is 150): the four repositories are
+            cycled, each round with fresh random values, so repositories hold several tasks, each with
+            its own snapshot folder and trajectories.
 
     Returns:
         ``(bench, keys)``: the loaded bench and a :class:`FixtureKey` per task, in task order.
 
     Raises:
-        ValueError: ``n_repos`` outside 1..4.
+        ValueError: ``n_repos`` outside 1..4 or ``n_tasks`` outside 1..1,000.
     """
     rng = random.Random(seed)
     templates = _templates(rng)
     if not 1 <= n_repos <= len(templates):
         raise ValueError(f"n_repos must be 1..{len(templates)}, got {n_repos}")
+    if n_tasks is not None and not 1 <= n_tasks <= 1000:
+        raise ValueError(f"n_tasks must be 1..1000, got {n_tasks}")
     rng.shuffle(templates)
-    chosen = templates[:n_repos]
+    chosen = templates[:n_repos] if n_tasks is None else templates[:n_tasks]
+    while n_tasks is not None and len(chosen) < n_tasks:  # another round, fresh values
+        more = _templates(rng)
+        rng.shuffle(more)
+        chosen += more[: n_tasks - len(chosen)]
     root = Path(root)
     rows, trajectories, keys = [], [], []
     for i, t in enumerate(chosen):
         instance_id = f"fixtures__{t.name}-{100 + i}"
-        snap = root / "repos" / t.name
+        folder = t.name if i < len(templates) else f"{t.name}-{i}"
+        snap = root / "repos" / folder
         pkg = t.module.split("/")[0]
         files = {t.module: t.source, f"{pkg}/__init__.py": "", "conftest.py": "",
                  "tests/test_core.py": t.visible_tests,
@@ -285,7 +295,7 @@ def generate_bench(root: Path, *, n_repos: int = 3, seed: int = 0, name: str = F
             "test_patch": _diff("tests/test_regression.py", "", t.hidden_tests).replace(
                 "--- a/tests/test_regression.py", "--- /dev/null"),
             "FAIL_TO_PASS": list(t.f2p), "PASS_TO_PASS": list(t.p2p), "hints_text": "",
-            "snapshot": f"repos/{t.name}", "relevant_trajectories": [relevant.trajectory_id],
+            "snapshot": f"repos/{folder}", "relevant_trajectories": [relevant.trajectory_id],
             "noisy_trajectories": [n.trajectory_id for n in noisy], "source": "fixture"})
         keys.append(FixtureKey(
             instance_id=instance_id, module=t.module, clue=t.fix.strip(),

@@ -14,11 +14,15 @@ memory conditions, for 300 scored attempts"; DESIGN.md: coverage next to every s
 silently leaves the denominator), per condition and per repository plus ``overall``:
 
 - ``n_attempted``: attempts of the group; ``n_scored``: attempts whose status is ``scored`` (the
-  platform got a sandbox verdict); ``coverage = n_scored / n_attempted``.
-- ``resolved_rate = n_resolved / n_attempted``: an attempt that errored (Add, Search, model, sandbox)
-  counts as unresolved; ``resolved_se = sqrt(p (1 - p) / n_attempted)``.
+  platform got a sandbox verdict); ``n_not_run``: attempts whose task has no repository snapshot
+  (``no_snapshot``: the operator's gap, not the participant's); ``coverage = n_scored / n_attempted``.
+- ``resolved_rate = n_resolved / (n_attempted - n_not_run)``: an attempt that errored (Add, Search,
+  model, sandbox) counts as unresolved; ``resolved_se = sqrt(p (1 - p) / (n_attempted - n_not_run))``.
+  A group where nothing ran (every attempt ``no_snapshot``, e.g. SWE-ContextBench Lite without the
+  operator's snapshots) has a null rate and ``status = "not run"``: never a 0.000 score.
 - Memory gain per repository and overall: ``gain_vs_noisy = rate(relevant) - rate(noisy)`` and
-  ``gain_vs_baseline = rate(relevant) - rate(baseline)``, null when a side has no attempt.
+  ``gain_vs_baseline = rate(relevant) - rate(baseline)``, null when a side has no attempt or did not
+  run (never a +0.000 gain from two empty sides).
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ NEUTRAL = frozenset({"skipped"})
 _NO_VERDICT = frozenset({"refused", "apply_failed", "no_snapshot", "error"})
 
 RATE_SCHEMA = {"condition": pl.String, "repo": pl.String, "n_attempted": pl.Int64, "n_scored": pl.Int64,
-               "n_resolved": pl.Int64, "coverage": pl.Float64, "resolved_rate": pl.Float64,
-               "resolved_se": pl.Float64}
+               "n_not_run": pl.Int64, "n_resolved": pl.Int64, "coverage": pl.Float64,
+               "resolved_rate": pl.Float64, "resolved_se": pl.Float64, "status": pl.String}
+NOT_RUN = "not run"
 GAIN_SCHEMA = {"repo": pl.String, "relevant": pl.Float64, "noisy": pl.Float64, "baseline": pl.Float64,
                "gain_vs_noisy": pl.Float64, "gain_vs_baseline": pl.Float64}
 
@@ -89,6 +94,7 @@ def _rates(df: pl.DataFrame) -> pl.DataFrame:
     return df.agg(
         n.cast(pl.Int64).alias("n_attempted"),
         (pl.col("status") == "scored").sum().cast(pl.Int64).alias("n_scored"),
+        (pl.col("status") == "no_snapshot").sum().cast(pl.Int64).alias("n_not_run"),
         (pl.col("resolved") & (pl.col("status") == "scored")).sum().cast(pl.Int64).alias("n_resolved"),
     )
 
@@ -118,11 +124,13 @@ def resolved_rates(attempts: pl.DataFrame) -> pl.DataFrame:
     per_repo = _rates(base.group_by("condition", "repo"))
     overall = _rates(base.group_by("condition")).with_columns(pl.lit(OVERALL).alias("repo"))
     out = pl.concat([per_repo, overall.select(per_repo.columns)])
-    p = pl.col("n_resolved") / pl.col("n_attempted")
+    ran = pl.col("n_attempted") - pl.col("n_not_run")
+    p = pl.when(ran > 0).then(pl.col("n_resolved") / ran)
     return (out.with_columns(
         (pl.col("n_scored") / pl.col("n_attempted")).alias("coverage"),
         p.alias("resolved_rate"),
-        (p * (1 - p) / pl.col("n_attempted")).sqrt().alias("resolved_se"),
+        pl.when(ran > 0).then((p * (1 - p) / ran).sqrt()).alias("resolved_se"),
+        pl.when(ran > 0).then(pl.lit("scored")).otherwise(pl.lit(NOT_RUN)).alias("status"),
         (pl.col("repo") == OVERALL).alias("_overall"))
         .sort("condition", "_overall", "repo").select(list(RATE_SCHEMA)).cast(RATE_SCHEMA))
 
@@ -154,7 +162,8 @@ def summary(attempts: pl.DataFrame) -> dict[str, Any]:
     rates = resolved_rates(attempts)
     gains = memory_gain(rates)
     overall = {r["condition"]: {"resolved_rate": r["resolved_rate"], "coverage": r["coverage"],
-                                "n_attempted": r["n_attempted"], "n_resolved": r["n_resolved"]}
+                                "n_attempted": r["n_attempted"], "n_resolved": r["n_resolved"],
+                                "n_not_run": r["n_not_run"], "status": r["status"]}
                for r in rates.filter(pl.col("repo") == OVERALL).to_dicts()}
     g = gains.filter(pl.col("repo") == OVERALL).to_dicts()
     clean = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else v  # noqa: E731
