@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,3 +58,20 @@ def ray_session(tmp_path_factory) -> Iterator[None]:
     yield
     if started:
         ray.shutdown()
+
+
+CHROMIUM = Path(os.environ.get("AML_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Debian Chromium per test session, driven by Playwright (scripts/install_test_deps.sh)."""
+    from playwright.sync_api import sync_playwright
+
+    assert CHROMIUM.exists(), f"{CHROMIUM} missing: run scripts/install_test_deps.sh (Debian chromium)"
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -2,16 +2,14 @@
 
 The app is served by uvicorn on loopback (``tests.servers.ThreadServer``) over ``create_app`` with test
 settings and no job worker; the board is seeded through the store (smoke -> full -> review -> approval).
-Chromium is Debian's ``/usr/bin/chromium`` (``apt-get install chromium``): the tests never run
+Chromium is Debian's ``/usr/bin/chromium`` (the session ``browser`` fixture of conftest): the tests never run
 ``playwright install`` and are skipped when the binary is missing. Screenshots go under ``tmp_path``.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from cryptography.fernet import Fernet
@@ -24,12 +22,7 @@ from aml_ray.store.jobs import mark_failed
 from aml_ray.store.synthetic import SyntheticEntry, job_in_progress, publish
 from tests.servers import ThreadServer
 
-CHROMIUM = Path(os.environ.get("AML_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
 ERROR = "contract error in Add: response field 'success' must be true (got false) for sample conv-26 chunk 3"
-
-assert CHROMIUM.exists(), f"{CHROMIUM} missing: run scripts/install_test_deps.sh (Debian chromium)"
 
 ENTRIES = [
     SyntheticEntry("Atlas Memory", "Atlas Labs", "commercial", {"locomo": 0.712, "longmemeval": 0.655},
@@ -67,16 +60,6 @@ def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
     with ThreadServer(app) as server:
         yield server.base_url, jobs
     service.engine.dispose()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

@@ -24,24 +24,34 @@ from aml_ray.store.proposals import create_proposal
 router = APIRouter(tags=["pages"], include_in_schema=False)
 #: Where the app mounts the ``fastapi_offline`` package's static files.
 DOCS_STATIC = "/static/docs"
+#: The reference pages may load nothing from another origin (ReDoc's sidebar would fetch its logo from
+#: its CDN: the browser blocks it); their inline start-up script and styles are allowed.
+DOCS_CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; "
+            "frame-ancestors 'none'; base-uri 'none'")
+
+
+def _local_only(response: HTMLResponse) -> HTMLResponse:
+    response.headers["Content-Security-Policy"] = DOCS_CSP
+    return response
 
 
 @router.get("/docs", response_class=HTMLResponse)
 def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI over ``/openapi.json``, with its assets served locally."""
-    return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} - API reference",
+    return _local_only(get_swagger_ui_html(openapi_url="/openapi.json", title=f"{request.app.title} - API reference",
                                swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
                                swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
                                swagger_favicon_url=f"{DOCS_STATIC}/favicon.png",
-                               swagger_ui_parameters={"validatorUrl": None})
+                               swagger_ui_parameters={"validatorUrl": None}))
 
 
 @router.get("/redoc", response_class=HTMLResponse)
 def redoc(request: Request) -> HTMLResponse:
     """ReDoc over ``/openapi.json``, with its script served locally and no web fonts."""
-    return get_redoc_html(openapi_url="/openapi.json", title=f"{request.app.title} - API reference",
+    return _local_only(get_redoc_html(openapi_url="/openapi.json", title=f"{request.app.title} - API reference",
                           redoc_js_url=f"{DOCS_STATIC}/redoc.standalone.js", redoc_favicon_url=f"{DOCS_STATIC}/favicon.png",
-                          with_google_fonts=False)
+                          with_google_fonts=False))
 
 
 @router.get("/guide", response_class=HTMLResponse)
