@@ -288,3 +288,11 @@ def test_a_run_refuses_to_start_and_the_opt_out_is_labelled(bench, tmp_path):
     assert report.isolation == "unsandboxed" and report.status == "ok", report.output_tail
     assert "UNSAFE" in unsafe.describe()["isolation"]
     assert json.loads(report.model_dump_json())["config"]["unsandboxed"] is True
+
+
+def test_harness_rule_examples():
+    import doctest
+
+    import aml_ray.coding.harness as mod
+
+    assert doctest.testmod(mod).failed == 0

@@ -20,10 +20,11 @@ from typing import Any
 # Public names and their modules; imported on first use so that ``aml-ray --help`` stays fast (the agent
 # module loads the tokenizer).
 _EXPORTS = {"AgentBudget": "agent", "AgentResult": "agent", "parse_action": "agent", "run_agent": "agent",
-            "load_bench": "bench", "task_from_swebench_row": "bench",
+            "load_bench": "bench", "task_from_swebench_row": "bench", "load_cambench": "cambench",
+            "write_cambench": "cambench", "is_harness_path": "harness",
             "DiffApplyError": "diffs", "DiffRefused": "diffs", "apply_diff": "diffs",
             "ContainerSandbox": "sandbox", "Sandbox": "sandbox", "SandboxConfig": "sandbox", "SandboxJob": "sandbox",
-            "SubprocessSandbox": "sandbox", "TestReport": "sandbox", "sandbox_remote": "sandbox",
+            "SubprocessSandbox": "sandbox", "TestReport": "sandbox", "SandboxUnavailable": "sandbox", "sandbox_remote": "sandbox",
             "is_resolved": "scoring", "memory_gain": "scoring", "resolved_rates": "scoring",
             "CONDITIONS": "task", "CodingBench": "task", "CodingTask": "task", "Trajectory": "task", "Turn": "task"}
 __all__ = sorted(_EXPORTS)
