@@ -139,7 +139,7 @@ def test_a_bundle_whose_counts_differ_is_refused_before_any_directory(tmp_path):
 
 
 def test_a_usage_error_after_the_run_directory_removes_only_what_it_created(tmp_path):
-    from aml_ray.cli import _missing_top, _remove_unused_run_dir
+    from aml_ray.cli_run import missing_top as _missing_top, remove_unused_run_dir as _remove_unused_run_dir
 
     out = tmp_path / "runs" / "r1"
     top = _missing_top(out)

@@ -149,7 +149,10 @@ def test_each_sample_is_its_own_ingest_task(tmp_path, locomo_file):
     two samples' first Adds are in flight together (one task holding both would send them in turn)."""
     seen: dict = {}
     with ThreadServer(_rendezvous_app(seen)) as server:
-        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        # a fixed limit: the adaptive one starts at one request in flight (aml_ray.actors.adaptive), and this
+        # server answers nothing until it holds both samples' first Adds
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               adaptive_concurrency=False)
         result = evaluate(config(tmp_path, spec, locomo_file, limit_samples=2, retrieval_only=True))
     assert len(seen["users"]) == 2 and "timed_out" not in seen
     assert result.run_info["adds"]["ok"] == 55
@@ -162,7 +165,8 @@ def test_one_task_runs_its_samples_at_once(tmp_path, locomo_file):
 
     seen: dict = {}
     with ThreadServer(_rendezvous_app(seen)) as server:
-        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               adaptive_concurrency=False)  # a fixed limit, as above
         result = evaluate(config(tmp_path, spec, locomo_file, limit_samples=2, retrieval_only=True,
                                  options=PipelineOptions(samples_per_task=2)))
     assert len(seen["users"]) == 2 and "timed_out" not in seen
