@@ -93,7 +93,7 @@ def rejudge(
     """Re-score a finished run with the judge configured now (JUDGE_* variables); answers are reused."""
     from aml_ray.cli_tables import render_table
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.rejudge import rejudge as do_rejudge
+    from aml_ray.run.rejudge import rejudge as do_rejudge
 
     try:
         judge = model_endpoint_from_env("judge")
@@ -137,7 +137,7 @@ def compare(
     import json
 
     from aml_ray.compare import compare_runs, render_comparison
-    from aml_ray.evidence import EvidenceError
+    from aml_ray.run.evidence import EvidenceError
 
     try:
         result = compare_runs(runs)
@@ -165,7 +165,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML file (no CDN, figures inline) with per-category accuracy and its bootstrap
     intervals, Add and Search latency and context-token histograms (aml_ray.report)."""
-    from aml_ray.evidence import EvidenceError
+    from aml_ray.run.evidence import EvidenceError
     from aml_ray.report import write_report
 
     try:

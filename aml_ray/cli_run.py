@@ -138,7 +138,7 @@ def remove_unused_run_dir(out: Path, top: Path | None) -> None:
 def check_dataset(opts: RunOptions):
     """The dataset, its file, its counts and both prompts, checked before anything is created.
 
-    The file is loaded once: :func:`aml_ray.evaluation.evaluate` takes the samples checked here
+    The file is loaded once: :func:`aml_ray.run.evaluation.evaluate` takes the samples checked here
     (``DatasetSpec.check`` keeps them in the registry).
 
     Returns:
@@ -177,7 +177,7 @@ def execute(opts: RunOptions) -> None:
     """
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.ids import new_run_id
-    from aml_ray.ray_runtime import set_verbose
+    from aml_ray.run.ray_runtime import set_verbose
 
     set_verbose(opts.verbose)
     opts = resumed(opts)
@@ -246,9 +246,9 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
         typer.Exit: code 1 when the run stopped or ended partial, 2 for an input error found while loading.
     """
     from aml_ray.datasets.fetch import DatasetError
-    from aml_ray.evaluation import EvaluationConfig, evaluate
-    from aml_ray.evidence import EvidenceError
-    from aml_ray.pipeline import StageFailed
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.evidence import EvidenceError
+    from aml_ray.run.pipeline import StageFailed
 
     opts.out.mkdir(parents=True, exist_ok=True)
     with open_participant(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.out,

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from aml_ray.evidence import RunDir, read_questions
+from aml_ray.run.evidence import RunDir, read_questions
 from aml_ray.scoring.aggregate import OVERALL, with_credit
 from aml_ray.scoring.bootstrap import RESAMPLES, SEED, describe, paired_difference_ci
 
@@ -96,7 +96,7 @@ def load_run(path: Path) -> LoadedRun:
     Raises:
         FileNotFoundError: no run.json in ``path``.
         ValueError: run.json is not JSON, or the run is retrieval-only (no verdict to compare).
-        aml_ray.evidence.EvidenceError: a damaged evidence file.
+        aml_ray.run.evidence.EvidenceError: a damaged evidence file.
     """
     path = Path(path)
     run_json = path / "run.json"
@@ -236,7 +236,7 @@ def compare_runs(paths: Sequence[Path], *, resamples: int = RESAMPLES, seed: int
         ValueError: fewer than two paths.
         NotComparable: some run differs from the base; the message names every differing entry of every
             such run (checked before any question is compared).
-        FileNotFoundError / aml_ray.evidence.EvidenceError: as :func:`load_run`.
+        FileNotFoundError / aml_ray.run.evidence.EvidenceError: as :func:`load_run`.
     """
     if len(paths) < 2:
         raise ValueError(f"give at least two run directories to compare, got {len(paths)}")

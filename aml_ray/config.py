@@ -48,7 +48,7 @@ class ModelEndpoint:
         timeout_s: per-request timeout in seconds (answer 180 s, judge 360 s by default).
         rpm: requests per minute limit, or None.
         tpm: tokens per minute limit (prompt estimate + max_tokens), or None.
-        cache_path: SQLite reply cache (see :mod:`aml_ray.answer_cache`), or None for no cache.
+        cache_path: SQLite reply cache (see :mod:`aml_ray.models.answer_cache`), or None for no cache.
         vision: the model accepts OpenAI-style image parts (``<ROLE>_VISION=1``); the Multimodal track
             refuses an online answer model without it.
     """

@@ -30,7 +30,7 @@ import numpy as np
 import polars as pl
 
 import aml_ray
-from aml_ray.evidence import RunDir, read_adds, read_questions
+from aml_ray.run.evidence import RunDir, read_adds, read_questions
 from aml_ray.scoring.aggregate import OVERALL, STATUSES, aggregate, latency_summary
 from aml_ray.scoring.bootstrap import CONFIDENCE, RESAMPLES, SEED
 
@@ -100,7 +100,7 @@ def load_run(path: Path, bundle: str | None = None) -> RunData:
     Raises:
         FileNotFoundError: no run.json.
         ValueError: run.json is damaged.
-        aml_ray.evidence.EvidenceError: a damaged evidence file.
+        aml_ray.run.evidence.EvidenceError: a damaged evidence file.
     """
     path = Path(path)
     try:
@@ -340,7 +340,7 @@ def write_report(paths: list[Path], out: Path, *, title: str = "aml-ray report")
     Raises:
         FileNotFoundError: a path is no run or suite directory.
         ValueError: no path, or a damaged run.json.
-        aml_ray.evidence.EvidenceError: a damaged evidence file.
+        aml_ray.run.evidence.EvidenceError: a damaged evidence file.
     """
     if not paths:
         raise ValueError("no run to report: give at least one run directory")

@@ -56,7 +56,7 @@ def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: b
     """One dataset's table: a row per category and the dataset row, each with coverage.
 
     Args:
-        outcome: the bundle's :class:`~aml_ray.evaluation.BundleOutcome` (status ``ran``).
+        outcome: the bundle's :class:`~aml_ray.run.evaluation.BundleOutcome` (status ``ran``).
         bundle: its :class:`~aml_ray.suite.Bundle`.
         category_names: display names of the categories.
         offline: the offline answerer/judge was used (said in the caption).
@@ -124,11 +124,11 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         datasets_dir: the datasets directory (None: ``$AML_DATASETS_DIR`` or the default).
         top_k / context_budget / judge_runs: the run's values; those that differ from the suite's are
             reported as deviations from the release baseline.
-        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.evaluation.SuiteConfig`.
+        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.run.evaluation.SuiteConfig`.
         console: where to print (default: stdout).
 
     Returns:
-        The :class:`~aml_ray.evaluation.SuiteResult`.
+        The :class:`~aml_ray.run.evaluation.SuiteResult`.
 
     Raises:
         FileNotFoundError: unknown suite.
@@ -136,7 +136,7 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         ValueError: an unknown bundle name.
     """
     from aml_ray.datasets.registry import DATASETS
-    from aml_ray.evaluation import SuiteConfig, evaluate_suite
+    from aml_ray.run.evaluation import SuiteConfig, evaluate_suite
     from aml_ray.suite import datasets_dir as resolve_datasets_dir
     from aml_ray.suite import load_suite
 

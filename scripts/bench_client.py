@@ -8,7 +8,7 @@ before the loop reads it.
 
 ``--instant`` replaces the HTTP session with one that answers at once, so only the client's own Python work is timed. Run as a
 script, it first turns transparent huge pages off for its process, as the Ray actors do
-(:func:`aml_ray.ray_runtime.tune_actor_process`).
+(:func:`aml_ray.run.ray_runtime.tune_actor_process`).
 
     python scripts/bench_client.py --samples 10 --rounds 3
     python scripts/bench_client.py --instant
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    from aml_ray.ray_runtime import disable_transparent_huge_pages
+    from aml_ray.run.ray_runtime import disable_transparent_huge_pages
 
-    disable_transparent_huge_pages()  # as in the Ray actors (aml_ray.ray_runtime.tune_actor_process)
+    disable_transparent_huge_pages()  # as in the Ray actors (aml_ray.run.ray_runtime.tune_actor_process)
     main()

@@ -3,8 +3,8 @@
 Two modes, both against servers that run in their own processes (``scripts/loopback_servers.py``):
 
 ``--mode search`` (default; the main job's acceptance)
-    Search throughput of the real pipeline (:func:`aml_ray.pipeline.run_pipeline` over synthetic
-    :class:`~aml_ray.pipeline.PipelineInputs`: ``--samples`` samples (default 100; LoCoMo has 10) x
+    Search throughput of the real pipeline (:func:`aml_ray.run.pipeline.run_pipeline` over synthetic
+    :class:`~aml_ray.run.pipeline.PipelineInputs`: ``--samples`` samples (default 100; LoCoMo has 10) x
     ``queries/samples`` questions, one small Add chunk per sample) against a loopback participant with a fixed latency, at ``--concurrency`` in
     flight, for ``--queries`` Searches. ``--pipeline both`` (default) measures it twice, each on a fresh
     Ray: retrieval-only (Ingest and Search, evidence written: the work a plain Search loop does, so the
@@ -148,7 +148,7 @@ def synthetic_samples(shape: Shape):
 def synthetic_inputs(shape: Shape, out_dir: Path, run_id: str = "bench"):
     """Build :class:`PipelineInputs` into ``out_dir`` with the real chunker and id scheme, one sample at a time."""
     from aml_ray.ids import IdScheme
-    from aml_ray.inputs import build_inputs
+    from aml_ray.run.inputs import build_inputs
 
     return build_inputs(synthetic_samples(shape), IdScheme(run_id, "synthetic"), out_dir=out_dir)
 
@@ -509,13 +509,13 @@ def measure_client_actor(server: ServerProcess, n: int, concurrency: int, sample
 
 
 class _LocalCluster:
-    """Ray on ``nodes`` local nodes: ``init_ray()`` for one, :func:`aml_ray.ray_runtime.local_cluster` for more."""
+    """Ray on ``nodes`` local nodes: ``init_ray()`` for one, :func:`aml_ray.run.ray_runtime.local_cluster` for more."""
 
     def __init__(self, nodes: int):
         self.nodes, self.started, self._cluster = nodes, False, None
 
     def __enter__(self) -> "_LocalCluster":
-        from aml_ray.ray_runtime import init_ray, local_cluster
+        from aml_ray.run.ray_runtime import init_ray, local_cluster
 
         if self.nodes == 1:
             self.started = init_ray()
@@ -547,8 +547,8 @@ def run_ray_pipeline(inputs, participant_url: str, concurrency: int, answer, jud
     Ray processes' PSS (:class:`RssSampler`).
     """
     from aml_ray.actors.participant import ParticipantSpec
-    from aml_ray.evidence import RunDir
-    from aml_ray.pipeline import run_pipeline
+    from aml_ray.run.evidence import RunDir
+    from aml_ray.run.pipeline import run_pipeline
 
     spec = ParticipantSpec(add_url=f"{participant_url}/add", search_url=f"{participant_url}/search",
                            max_in_flight=concurrency)
@@ -612,7 +612,7 @@ def _arrivals(stats: dict[str, Any], kind: str) -> tuple[float, float]:
 
 def search_run(args) -> dict[str, Any]:
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.pipeline import PipelineOptions
+    from aml_ray.run.pipeline import PipelineOptions
 
     tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")
     inputs = synthetic_inputs(search_shape(args.queries, args.samples), Path(tmp.name))
@@ -682,7 +682,7 @@ def peer_baseline(inputs, participant_url: str, model_url: str, top_k: int, thre
     import httpx
     import openai
 
-    from aml_ray.context import fit_context, speaker_blocks
+    from aml_ray.models.context import fit_context, speaker_blocks
     from aml_ray.prompts import load_prompt
 
     answer_prompt, judge_prompt = load_prompt("locomo_answer"), load_prompt("locomo_judge")
@@ -732,7 +732,7 @@ def _per_second(stats: dict[str, Any], kind: str, t_zero: float) -> list[int]:
 
 def e2e_run(args) -> dict[str, Any]:
     from aml_ray.config import ModelEndpoint
-    from aml_ray.pipeline import PipelineOptions
+    from aml_ray.run.pipeline import PipelineOptions
 
     shape = locomo_shape(args.scale)
     tmp = tempfile.TemporaryDirectory(prefix="aml-bench-inputs-")

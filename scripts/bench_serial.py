@@ -127,8 +127,8 @@ def peer_harness(base_url: str, samples: int, run_id: str) -> dict[str, Any]:
 
     from aml_ray.datasets.registry import get_dataset
     from aml_ray.ids import IdScheme
-    from aml_ray.inputs import build_inputs
-    from aml_ray.offline import extractive_answer
+    from aml_ray.run.inputs import build_inputs
+    from aml_ray.models.offline import extractive_answer
 
     spec = get_dataset("locomo")
     with tempfile.TemporaryDirectory(prefix="aml-peer-") as tmp:
@@ -209,7 +209,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
 def _chunks_per_sample(samples: int) -> list[int]:
     from aml_ray.datasets.registry import get_dataset
     from aml_ray.ids import IdScheme
-    from aml_ray.inputs import build_inputs
+    from aml_ray.run.inputs import build_inputs
 
     with tempfile.TemporaryDirectory(prefix="aml-count-") as tmp:
         inputs = build_inputs(get_dataset("locomo").load(LOCOMO)[:samples], IdScheme("count", "locomo"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.retry import RetryPolicy
 

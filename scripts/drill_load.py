@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from ray import serve
 
-    from aml_ray.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray
     from aml_ray.serve_app.deployment import run
 
     t0 = time.perf_counter()

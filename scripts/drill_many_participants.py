@@ -5,7 +5,7 @@ Issue 7, item 4 ("many participants at once"). Starts, each in its own process
 ``max_in_flight``), and one OpenAI-compatible model server that logs which job every call came from.
 Runs a big job on the fast participant, waits until the answer endpoint has served some of its calls
 (its queue at the shared model client is full by then), then starts a small job on the slow participant;
-both run :func:`aml_ray.pipeline.run_pipeline` in threads of this one driver. Prints per-job wall
+both run :func:`aml_ray.run.pipeline.run_pipeline` in threads of this one driver. Prints per-job wall
 time, each participant's observed peak in-flight vs declared, the model endpoint's peak in-flight per
 role vs declared, the shared actors and the jobs holding them, and each job's share of model calls
 over time.
@@ -57,12 +57,12 @@ class JobPlan:
 
 
 def tagged_inputs(plan: JobPlan, run_id: str, out_dir: Path):
-    """:class:`aml_ray.inputs.PipelineInputs` of ``plan`` built into ``out_dir``: the real chunker and id
+    """:class:`aml_ray.run.inputs.PipelineInputs` of ``plan`` built into ``out_dir``: the real chunker and id
     scheme, tagged questions."""
     from aml_ray.contract import Message
     from aml_ray.datasets.base import Question, Sample, Session
     from aml_ray.ids import IdScheme
-    from aml_ray.inputs import build_inputs
+    from aml_ray.run.inputs import build_inputs
 
     t0 = 1_683_554_160_000
     samples = []
@@ -81,8 +81,8 @@ def tagged_inputs(plan: JobPlan, run_id: str, out_dir: Path):
 
 def _run_job(plan: JobPlan, base_url: str, answer, judge, out: Path, record: dict[str, Any]) -> None:
     from aml_ray.actors.participant import ParticipantSpec
-    from aml_ray.evidence import RunDir
-    from aml_ray.pipeline import run_pipeline
+    from aml_ray.run.evidence import RunDir
+    from aml_ray.run.pipeline import run_pipeline
     from aml_ray.prompts import load_prompt
 
     run_id = record["run_id"]
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model-max-in-flight", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="print the raw figures as JSON too")
     a = ap.parse_args(argv)
-    from aml_ray.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray
 
     big = JobPlan("big", a.big_samples, a.big_questions, latency_ms=20, max_in_flight=8)
     small = JobPlan("small", a.small_samples, a.small_questions, latency_ms=60, max_in_flight=3)

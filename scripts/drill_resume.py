@@ -42,7 +42,7 @@ def table(run_dir: Path) -> list[dict]:
 
 
 def per_question(run_dir: Path) -> list[tuple]:
-    from aml_ray.evidence import RunDir, read_questions
+    from aml_ray.run.evidence import RunDir, read_questions
 
     q = read_questions(RunDir(run_dir)).sort("question_id")
     return list(zip(q["question_id"], q["answer"], q["verdict"], q["status"], q["n_memories"]))

@@ -148,8 +148,8 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.evaluation import EvaluationConfig, evaluate
-    from aml_ray.ray_runtime import local_cluster
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
     t_start = time.perf_counter()
@@ -195,7 +195,7 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
             "chunks": info["dataset"]["chunks"], "messages": info["dataset"]["messages"],
             "add_rows": info["evidence"]["add_rows"], "adds_ok": info["adds"]["ok"],
             "memories": stats["memories"], "duplicate_messages": stats["duplicate_messages"],
-            # the pre-flight's probe Add stores one message of its own (aml_ray.preflight)
+            # the pre-flight's probe Add stores one message of its own (aml_ray.run.preflight)
             "probe_messages": int(bool(info.get("preflight", {}).get("steps", {}).get("add", {}).get("ok"))),
             "duplicate_adds_acknowledged": stats["duplicate_adds_acknowledged"],
             "rows_at_removal": watcher.rows_at_removal, "counts_at_removal": watcher.counts_at_removal,

@@ -52,7 +52,7 @@ def ray_session(tmp_path_factory) -> Iterator[None]:
     """Ray, started once per test session with 2 CPUs (docs/ray-notes.md: one ray.init per session)."""
     import ray
 
-    from aml_ray.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray
 
     started = init_ray(num_cpus=2)
     yield

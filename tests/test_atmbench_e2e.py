@@ -18,8 +18,8 @@ from pydantic import SecretStr
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import read_adds, read_questions
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import read_adds, read_questions
 from aml_ray.reference.server import ReferenceServer
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.mm_fixtures import BREAKFAST, COLOSSEUM, GYM, NIAH_POOLS, OLD_SCAN, png, png_url, write_atmbench

@@ -27,7 +27,7 @@ from aml_ray.datasets.fetch import DatasetHashMismatch
 from aml_ray.datasets.validate import DatasetFormatError
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.ids import IdScheme
-from aml_ray.inputs import build_inputs
+from aml_ray.run.inputs import build_inputs
 from aml_ray.prompts import load_prompt
 from tests.conftest import SHARED_DATASETS
 

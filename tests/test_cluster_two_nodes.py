@@ -42,8 +42,8 @@ def _run(out_dir: Path) -> dict:
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.evaluation import EvaluationConfig, evaluate
-    from aml_ray.ray_runtime import local_cluster
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
     with local_cluster({"num_cpus": 1, "resources": {"head_node": 1}},

@@ -16,7 +16,7 @@ from aml_ray.coding.fixtures import generate_bench
 from aml_ray.coding.runner import CodingRunConfig, read_attempts, read_steps, run_coding
 from aml_ray.coding.sandbox import SandboxConfig, SubprocessSandbox
 from aml_ray.config import ModelEndpoint
-from aml_ray.evidence import RunDir, read_adds
+from aml_ray.run.evidence import RunDir, read_adds
 from aml_ray.reference.server import ReferenceServer
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.servers import ThreadServer

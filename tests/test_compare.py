@@ -21,8 +21,8 @@ from aml_ray.cli import app
 from aml_ray.compare import (MCNEMAR, SIGN_TEST, LoadedRun, NotComparable, compare_pair, compare_runs, differences,
                              mcnemar_exact)
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import read_questions
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import read_questions
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.scoring.bootstrap import paired_difference_ci
 from tests.servers import ThreadServer
@@ -158,7 +158,7 @@ def test_bm25_against_a_participant_that_returns_nothing(runs):
     bm25, empty = runs
     c = compare_runs([bm25, empty])["comparisons"][0]
     overall = c["rows"][-1]
-    a = read_questions(__import__("aml_ray.evidence", fromlist=["RunDir"]).RunDir(bm25))
+    a = read_questions(__import__("aml_ray.run.evidence", fromlist=["RunDir"]).RunDir(bm25))
     correct = int(a.filter(~pl.col("excluded") & (pl.col("verdict") == "CORRECT")).height)
     assert overall["n"] == 152 and overall["accuracy_base"] == pytest.approx(correct / 152)
     assert overall["accuracy_base"] > 0.2 and overall["accuracy_other"] < overall["accuracy_base"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aml_ray.evidence import QUESTION_SCHEMA, RunDir, empty_question_row, read_questions
+from aml_ray.run.evidence import QUESTION_SCHEMA, RunDir, empty_question_row, read_questions
 
 
 def test_a_question_file_without_a_newer_column_reads_it_as_null(tmp_path):

@@ -12,8 +12,8 @@ from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.datasets.base import turn_ids
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import RunDir, read_adds
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import RunDir, read_adds
 from aml_ray.scoring.evidence_recall import Turn, content_words, question_recall, recall_table, resolve_units
 from tests.servers import ThreadServer
 

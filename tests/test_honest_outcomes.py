@@ -15,12 +15,12 @@ import pytest
 from typer.testing import CliRunner
 
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import RunDir, read_adds
-from aml_ray.isolation import find_leaks, index_adds
-from aml_ray.outcome import FailureBudget, run_outcome
-from aml_ray.pipeline import StageFailed
-from aml_ray.preflight import PreflightFailed, preflight
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import RunDir, read_adds
+from aml_ray.run.isolation import find_leaks, index_adds
+from aml_ray.run.outcome import FailureBudget, run_outcome
+from aml_ray.run.pipeline import StageFailed
+from aml_ray.run.preflight import PreflightFailed, preflight
 from tests.bad_participants import BadParticipant
 from tests.dying_participants import FailingParticipant
 
@@ -218,8 +218,8 @@ def test_an_internal_stage_error_reaches_the_summary_in_full(tmp_path, locomo_fi
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.datasets.registry import get_dataset
     from aml_ray.ids import IdScheme
-    from aml_ray.inputs import build_inputs
-    from aml_ray.pipeline import run_pipeline
+    from aml_ray.run.inputs import build_inputs
+    from aml_ray.run.pipeline import run_pipeline
 
     spec = get_dataset("locomo")
     samples = spec.load(locomo_file)[:1]

@@ -1,4 +1,4 @@
-"""Pipeline inputs built one sample at a time and spilled to Arrow IPC files (aml_ray.inputs, issue 7), and the
+"""Pipeline inputs built one sample at a time and spilled to Arrow IPC files (aml_ray.run.inputs, issue 7), and the
 column-pruned evidence read the run's summary uses. No Ray: the LoCoMo file and Parquet only."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import (QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
+from aml_ray.run.evidence import (QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, empty_question_row,
                               read_questions, to_table, write_arrow_atomic)
 from aml_ray.ids import IdScheme
-from aml_ray.inputs import build_inputs, iter_excluded, iter_sample_rows, read_sample_files, sample_questions
+from aml_ray.run.inputs import build_inputs, iter_excluded, iter_sample_rows, read_sample_files, sample_questions
 
 IDS = IdScheme("run_t", "locomo")
 
@@ -56,7 +56,7 @@ def test_one_file_per_sample_and_counts_only_in_memory(tmp_path, samples):
 
 
 def test_sample_files_read_back_in_the_input_schema_whatever_their_column_order(tmp_path, samples):
-    from aml_ray.inputs import SAMPLE_INPUT_SCHEMA
+    from aml_ray.run.inputs import SAMPLE_INPUT_SCHEMA
 
     inputs = build_inputs(samples[:2], IDS, out_dir=tmp_path / "in")
     first, second = (str(p) for p in inputs.sample_paths())

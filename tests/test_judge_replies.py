@@ -10,7 +10,7 @@ from pydantic import SecretStr
 
 from aml_ray.actors.model import ModelClient
 from aml_ray.config import OFFLINE_JUDGE_MODEL, ModelEndpoint
-from aml_ray.evidence import QUESTION_SCHEMA, to_table
+from aml_ray.run.evidence import QUESTION_SCHEMA, to_table
 from aml_ray.prompts import load_prompt
 from aml_ray.retry import RetryPolicy
 from aml_ray.stages.judge import judge_rows

@@ -16,13 +16,13 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-import aml_ray.tokens as tokens
+import aml_ray.models.tokens as tokens
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.context import fit_context
+from aml_ray.models.context import fit_context
 from aml_ray.prompts import load_prompt
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET, answer_rows
-from aml_ray.tokens import count_tokens
+from aml_ray.models.tokens import count_tokens
 from tests.dying_participants import FAST_RETRY
 from tests.servers import ThreadServer
 
@@ -55,7 +55,7 @@ def test_huge_memory_alone_cuts_to_an_empty_context():
 def test_a_memory_that_cannot_fit_by_its_length_is_never_tokenised(monkeypatch):
     """Over ``budget * MAX_CHARS_PER_TOKEN`` characters it is cut on its length alone."""
     seen: list[int] = []
-    import aml_ray.context as context
+    import aml_ray.models.context as context
 
     monkeypatch.setattr(context, "count_tokens", lambda text, model: seen.append(len(text)) or 1)
     long = {"content": "x" * (100 * tokens.MAX_CHARS_PER_TOKEN + 1)}
@@ -178,7 +178,7 @@ def test_a_run_whose_participant_returns_a_huge_memory_completes_with_the_cut(tm
     its memories cut (the huge one, and the short one after it), every other has its short memory."""
     import json
 
-    from aml_ray.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
 
     first = json.loads(locomo_file.read_text())[0]
     query = next(q["question"] for q in first["qa"] if q["category"] != 5)  # category 5 is not answered

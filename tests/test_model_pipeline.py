@@ -9,7 +9,7 @@ from pydantic import SecretStr
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint
-from aml_ray.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.prompts import PromptHashMismatch, load_prompt
 from aml_ray.reference.server import ReferenceServer
 from tests.fake_openai import FakeOpenAI, Reply
@@ -95,8 +95,8 @@ def test_prompt_hash_changes_with_the_file(tmp_path):
 
 def test_rejudge_rescores_without_new_answers(tmp_path, locomo_file):
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.evidence import read_questions
-    from aml_ray.rejudge import rejudge
+    from aml_ray.run.evidence import read_questions
+    from aml_ray.run.rejudge import rejudge
 
     with ReferenceServer(tmp_path / "ref") as ref:
         result = evaluate(EvaluationConfig(

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from aml_ray.cli import app
-from aml_ray.evidence import RunDir, read_adds, read_questions
+from aml_ray.run.evidence import RunDir, read_adds, read_questions
 from tests.mm_fixtures import NIAH_POOLS, write_atmbench, write_memgallery_release
 
 pytestmark = pytest.mark.usefixtures("ray_session")

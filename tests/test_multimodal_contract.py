@@ -7,7 +7,7 @@ import base64
 import pytest
 from pydantic import ValidationError
 
-from aml_ray.context import fit_context
+from aml_ray.models.context import fit_context
 from aml_ray.contract import AddRequest, ContractError, Message, SearchRequest, validate_search_response
 from aml_ray.media import MediaLimits, MediaStore, media_context, openai_image_tokens, render_parts
 from tests.mm_fixtures import png, png_url

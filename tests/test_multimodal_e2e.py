@@ -11,8 +11,8 @@ from pydantic import SecretStr
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import read_questions
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import read_questions
 from aml_ray.reference.server import ReferenceServer
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.mm_fixtures import MEMGALLERY_SCENARIOS, png, png_url, write_memgallery, write_memgallery_release

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from aml_ray.progress import ProgressBuffer, ProgressTracker
+from aml_ray.run.progress import ProgressBuffer, ProgressTracker
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "node_loss_job.py"

@@ -136,7 +136,7 @@ async def test_transient_errors_exhaust_into_an_error_outcome(scripted):
 
 async def test_search_table_holds_each_outcome_as_its_question_columns(scripted):
     """search_table: the outcomes of search_batch, one Arrow row each in order (the Ingest stage's columns)."""
-    from aml_ray.evidence import SEARCH_SCHEMA
+    from aml_ray.run.evidence import SEARCH_SCHEMA
 
     script, server = scripted
     script.replies.extend([(200, {}), (503, {}), (503, {}), (503, {}), (503, {})])
@@ -329,11 +329,11 @@ async def test_an_acknowledged_add_is_not_sent_twice(scripted):
 
 
 def test_undo_worker_niceness_sets_every_thread_to_nice_0():
-    """Ray runs workers at nice 15; the timing actors return to nice 0 (aml_ray.ray_runtime)."""
+    """Ray runs workers at nice 15; the timing actors return to nice 0 (aml_ray.run.ray_runtime)."""
     import os
     import threading
 
-    from aml_ray.ray_runtime import undo_worker_niceness
+    from aml_ray.run.ray_runtime import undo_worker_niceness
 
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait)

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import RunDir, read_adds, read_questions
-from aml_ray.pipeline import StageFailed
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import RunDir, read_adds, read_questions
+from aml_ray.run.pipeline import StageFailed
 from aml_ray.reference.server import ReferenceServer
 from tests.servers import ThreadServer
 
@@ -125,7 +125,7 @@ def _rendezvous_app(seen: dict) -> FastAPI:
     async def add(request: Request):
         b = await request.json()
         users = seen.setdefault("users", [])
-        if b["user_id"].endswith(":preflight"):  # the run's pre-flight probe (aml_ray.preflight) is no sample
+        if b["user_id"].endswith(":preflight"):  # the run's pre-flight probe (aml_ray.run.preflight) is no sample
             pass
         elif b["user_id"] not in users:
             users.append(b["user_id"])
@@ -145,7 +145,7 @@ def _rendezvous_app(seen: dict) -> FastAPI:
 
 
 def test_each_sample_is_its_own_ingest_task(tmp_path, locomo_file):
-    """The inputs travel as one file per sample (aml_ray.inputs): each sample is its own Ingest task, so the
+    """The inputs travel as one file per sample (aml_ray.run.inputs): each sample is its own Ingest task, so the
     two samples' first Adds are in flight together (one task holding both would send them in turn)."""
     seen: dict = {}
     with ThreadServer(_rendezvous_app(seen)) as server:
@@ -161,7 +161,7 @@ def test_each_sample_is_its_own_ingest_task(tmp_path, locomo_file):
 def test_one_task_runs_its_samples_at_once(tmp_path, locomo_file):
     """Two samples in one Ingest task (samples_per_task=2) still have their first Adds in flight together,
     and every Add and question of both is in the evidence."""
-    from aml_ray.pipeline import PipelineOptions
+    from aml_ray.run.pipeline import PipelineOptions
 
     seen: dict = {}
     with ThreadServer(_rendezvous_app(seen)) as server:
@@ -188,7 +188,7 @@ def test_one_task_runs_its_samples_at_once(tmp_path, locomo_file):
     (3, 16, 100, True, (3, 12)),        # an explicit choice still wins
 ])
 def test_ingest_layout(per_task, parallelism, n, retrieval_only, expected):
-    from aml_ray.pipeline import PipelineOptions
+    from aml_ray.run.pipeline import PipelineOptions
 
     options = PipelineOptions(ingest_parallelism=parallelism, samples_per_task=per_task)
     assert options.ingest_layout(n, retrieval_only=retrieval_only) == expected
@@ -196,7 +196,7 @@ def test_ingest_layout(per_task, parallelism, n, retrieval_only, expected):
 
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     """evaluate() reads only SUMMARY_COLUMNS back; its table and run.json figures are those of every column."""
-    from aml_ray.evaluation import usage_summary
+    from aml_ray.run.evaluation import usage_summary
     from aml_ray.scoring import aggregate, latency_summary
 
     full = read_questions(two_sample_run.run_dir)
@@ -210,7 +210,7 @@ def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
 
 
 def _misbehaving_app(kind: str, *, in_preflight: bool = False) -> FastAPI:
-    """Breaks the contract in the run's traffic; the pre-flight probe (aml_ray.preflight) is answered
+    """Breaks the contract in the run's traffic; the pre-flight probe (aml_ray.run.preflight) is answered
     correctly unless ``in_preflight``, so the violation is met by the pipeline itself."""
     app = FastAPI()
 
@@ -236,7 +236,7 @@ def _misbehaving_app(kind: str, *, in_preflight: bool = False) -> FastAPI:
                                                  ("too_many", "data", 2)])
 def test_contract_violation_stops_the_run_naming_the_field(tmp_path, locomo_file, kind, field, samples):
     """samples=2: both samples in one Ingest task; the first failure is raised as itself."""
-    from aml_ray.pipeline import PipelineOptions
+    from aml_ray.run.pipeline import PipelineOptions
 
     with ThreadServer(_misbehaving_app(kind)) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
@@ -312,7 +312,7 @@ def test_retrieval_only_status_follows_each_search():
     (an error outcome and a missing one alike); a run with later stages leaves the status to them."""
     import pyarrow as pa
 
-    from aml_ray.evidence import QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SEARCH_SCHEMA
+    from aml_ray.run.evidence import QUESTION_INPUT_COLUMNS, QUESTION_SCHEMA, SEARCH_SCHEMA
     from aml_ray.stages._common import searched_questions
 
     questions = pa.table({c: pa.nulls(3, QUESTION_SCHEMA.field(c).type) for c in QUESTION_INPUT_COLUMNS})

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aml_ray.ray_runtime import RAY_NATIVE_LOG_LINE
+from aml_ray.run.ray_runtime import RAY_NATIVE_LOG_LINE
 
 #: A line that starts like one of Ray's log lines: the C++ prefix, or the Python loggers' timestamp + level.
 RAY_LOG_LINE = re.compile(r"^(\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIWEF] \d+ \d+\]"

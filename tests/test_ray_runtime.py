@@ -1,4 +1,4 @@
-"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.ray_runtime.use_arrow_ipc_serialization);
+"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.run.ray_runtime.use_arrow_ipc_serialization);
 hot-path actors tune the garbage collector and turn transparent huge pages off (tune_actor_process)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aml_ray.evidence import QUESTION_SCHEMA, empty_question_row, to_table
-from aml_ray.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.run.evidence import QUESTION_SCHEMA, empty_question_row, to_table
+from aml_ray.run.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_process, use_arrow_ipc_serialization
 
 
 def _questions(n: int) -> pa.Table:
@@ -89,7 +89,7 @@ def test_disabling_huge_pages_keeps_arrow_writes_working():
     import subprocess
     import sys
 
-    code = ("from aml_ray.ray_runtime import disable_transparent_huge_pages, _table_to_ipc\n"
+    code = ("from aml_ray.run.ray_runtime import disable_transparent_huge_pages, _table_to_ipc\n"
             "import pyarrow as pa\n"
             "print(disable_transparent_huge_pages())\n"
             "print(open('/proc/self/status').read().split('THP_enabled:')[1].split()[0])\n"

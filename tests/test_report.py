@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.cli import app
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.report import DPI, RunData, histogram_figure, load_run, run_dirs
 from tests.servers import ThreadServer

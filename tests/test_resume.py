@@ -16,9 +16,9 @@ from fastapi.responses import JSONResponse
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray.evidence import AddJournal, EvidenceError, RunDir, finish_add_journals, read_adds, read_questions
-from aml_ray.pipeline import StageFailed
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import AddJournal, EvidenceError, RunDir, finish_add_journals, read_adds, read_questions
+from aml_ray.run.pipeline import StageFailed
 from aml_ray.reference.server import ReferenceServer
 from tests.servers import ThreadServer
 
@@ -38,7 +38,7 @@ class Proxy:
         @self.app.post("/add")
         async def add(request: Request):
             body = await request.json()
-            probe = body["user_id"].endswith(":preflight")  # the run's pre-flight (aml_ray.preflight): not counted
+            probe = body["user_id"].endswith(":preflight")  # the run's pre-flight (aml_ray.run.preflight): not counted
             if not probe:
                 self.add_ids.append(body["request_id"])
             if not probe and self.fail_chunk is not None and body["request_id"].endswith(f":chunk-{self.fail_chunk}"):

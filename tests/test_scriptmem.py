@@ -29,7 +29,7 @@ from aml_ray.datasets.scriptmem import (
     split_question,
 )
 from aml_ray.ids import IdScheme
-from aml_ray.inputs import build_inputs
+from aml_ray.run.inputs import build_inputs
 from aml_ray.prompts import load_prompt
 from tests.conftest import SHARED_DATASETS
 
@@ -289,7 +289,7 @@ def _recording_participant(bodies: list[dict]) -> FastAPI:
     @app.post("/search")
     async def search(request: Request):
         body = await request.json()
-        if not body["user_id"].endswith(":preflight"):  # the run's pre-flight probe (aml_ray.preflight) is no sample
+        if not body["user_id"].endswith(":preflight"):  # the run's pre-flight probe (aml_ray.run.preflight) is no sample
             bodies.append(body)
         return {"data": [{"id": "m1", "content": "Juror #8: It's possible."}]}
 
@@ -304,7 +304,7 @@ def test_run_through_ray_sends_options_and_scores_letters(operator_dir, tmp_path
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import ModelEndpoint, model_endpoint_from_env
-    from aml_ray.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
     from tests.fake_openai import FakeOpenAI, Reply
     from tests.servers import ThreadServer
 

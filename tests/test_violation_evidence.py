@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from aml_ray.config import model_endpoint_from_env
-from aml_ray.evaluation import EvaluationConfig, evaluate
-from aml_ray import evidence
-from aml_ray.evidence import AddJournal, RunDir
-from aml_ray.pipeline import StageFailed
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run import evidence
+from aml_ray.run.evidence import AddJournal, RunDir
+from aml_ray.run.pipeline import StageFailed
 from tests.bad_participants import BadParticipant
 
 pytestmark = pytest.mark.usefixtures("ray_session")

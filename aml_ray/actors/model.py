@@ -16,7 +16,7 @@ docs/benchmarks.md).
 Limits: max in-flight requests (fair slots), requests/minute and tokens/minute (aiolimiter buckets; the
 token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
-(:mod:`aml_ray.pricing`) are recorded per call.
+(:mod:`aml_ray.models.pricing`) are recorded per call.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 from aiolimiter import AsyncLimiter
 
 from aml_ray.actors.fair import FairSlots
-from aml_ray.answer_cache import AnswerCache, cache_key
+from aml_ray.models.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
-from aml_ray.pricing import estimate_cost_usd
-from aml_ray.ray_runtime import tune_actor_process, undo_worker_niceness
+from aml_ray.models.pricing import estimate_cost_usd
+from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness
 from aml_ray.media import text_of
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
@@ -80,7 +80,7 @@ class ModelClient:
     Args:
         endpoint: base_url, model, api key, max in-flight and timeout (seconds).
         retry: bounded backoff for transient failures.
-        undo_niceness: run this process at nice 0 (:func:`aml_ray.ray_runtime.undo_worker_niceness`);
+        undo_niceness: run this process at nice 0 (:func:`aml_ray.run.ray_runtime.undo_worker_niceness`);
             set by :func:`spawn_model_client` for the Ray actor, never for a local client.
 
     Raises:
@@ -141,7 +141,7 @@ class ModelClient:
             if self._rpm is not None:
                 await self._rpm.acquire()
             if self._tpm is not None:
-                from aml_ray.tokens import count_tokens  # the tokenizer loads its tables on import
+                from aml_ray.models.tokens import count_tokens  # the tokenizer loads its tables on import
 
                 # image parts: a 2048 x 768 image's tokens each (aml_ray.media), not their base64 text
                 estimate = sum(count_tokens(text_of(m.get("content", "")), self.endpoint.model)
@@ -260,7 +260,7 @@ def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
     """
     import ray
 
-    from aml_ray.ray_runtime import on_this_node
+    from aml_ray.run.ray_runtime import on_this_node
 
     # on the driver's node, like the ParticipantClient: losing a worker node must not fail a stage's call
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000,

@@ -40,9 +40,9 @@ from aml_ray.contract import (
     search_memories,
     validate_add_response,
 )
-from aml_ray.evidence import search_columns
+from aml_ray.run.evidence import search_columns
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
-from aml_ray.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
@@ -164,7 +164,7 @@ class ParticipantClient:
 
     Args:
         spec: endpoints, auth, capacity and retry policy.
-        undo_niceness: run this process at nice 0 (:func:`aml_ray.ray_runtime.undo_worker_niceness`);
+        undo_niceness: run this process at nice 0 (:func:`aml_ray.run.ray_runtime.undo_worker_niceness`);
             set by :func:`spawn_participant_client` for the Ray actor, never for a local client.
 
     Each method returns an outcome dict for evidence; a :class:`ContractError` or
@@ -600,7 +600,7 @@ class ParticipantClient:
                                        for i in items])
 
     async def search_table(self, items: list[dict[str, Any]], media_root: str | None = None) -> pa.Table:
-        """A batch of Searches as the questions' Search columns (:data:`aml_ray.evidence.SEARCH_SCHEMA`).
+        """A batch of Searches as the questions' Search columns (:data:`aml_ray.run.evidence.SEARCH_SCHEMA`).
 
         What the pipeline's Ingest stage calls: the outcomes leave this actor as one Arrow table (one
         IPC stream through Ray's object store) instead of a pickled dict per question and memory.
@@ -764,7 +764,7 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
     """
     import ray
 
-    from aml_ray.ray_runtime import on_this_node
+    from aml_ray.run.ray_runtime import on_this_node
 
     # on the caller's (the driver's) node: a Search or Add call in flight when a worker node is lost
     # would otherwise fail its stage (tests/test_node_loss.py)

@@ -2,7 +2,7 @@
 
 A participant version's declared capacity and a model endpoint's declared limits belong to the version
 and to the endpoint, not to one job. So a driver running several jobs at once (the service's
-:class:`aml_ray.serve_app.worker.JobWorker`, or threads calling :func:`aml_ray.evaluation.evaluate`)
+:class:`aml_ray.serve_app.worker.JobWorker`, or threads calling :func:`aml_ray.run.evaluation.evaluate`)
 gives them **one** :class:`~aml_ray.actors.participant.ParticipantClient` per participant version and
 **one** :class:`~aml_ray.actors.model.ModelClient` per model endpoint identity:
 

@@ -4,7 +4,7 @@ The loop (everything an auditor needs is in this file, ``prompts/coding_agent_sy
 system prompt: the protocol and rules) and ``prompts/coding_agent.j2`` (the user message of a step)):
 
 1. The memories Search returned are kept in participant order and cut to ``memory_budget_tokens``
-   (the Textual rule, :func:`aml_ray.context.fit_context`); the baseline condition has none.
+   (the Textual rule, :func:`aml_ray.models.context.fit_context`); the baseline condition has none.
 2. Each step sends the fixed system prompt and one user message rendered with the memories, the
    problem statement, the repository's file list, the steps left and every earlier step (action +
    observation), at temperature 0 (each step's request is self-contained and cacheable).
@@ -34,9 +34,9 @@ import pyarrow as pa
 
 from aml_ray.coding.diffs import DiffRefused, check_path
 from aml_ray.coding.task import AgentView
-from aml_ray.context import fit_context, memory_line
+from aml_ray.models.context import fit_context, memory_line
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.tokens import count_tokens
+from aml_ray.models.tokens import count_tokens
 
 AGENT_PROMPT = "coding_agent"
 AGENT_SYSTEM_PROMPT = "coding_agent_system"

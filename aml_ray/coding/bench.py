@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from aml_ray.coding.task import CodingBench, CodingTask, Trajectory, Turn
-from aml_ray.evidence import write_json_atomic
+from aml_ray.run.evidence import write_json_atomic
 
 BENCH_FILE = "bench.json"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from aml_ray.coding.bench import load_trajectories, task_from_swebench_row, trajectory_to_json
 from aml_ray.coding.task import CodingBench
-from aml_ray.evidence import write_json_atomic
+from aml_ray.run.evidence import write_json_atomic
 
 CAMBENCH_FILE = "cambench.jsonl"
 CAMBENCH_TASKS = 150

@@ -55,7 +55,7 @@ from aml_ray.coding.task import CONDITIONS, CodingBench, CodingTask, Condition
 from aml_ray.coding.trajectories import add_requests, sample_id, search_request
 from aml_ray.config import ModelEndpoint
 from aml_ray.contract import FORMAL_TOP_K, ContractError
-from aml_ray.evidence import ADD_SCHEMA, MEMORY_TYPE, RunDir, to_table, write_json_atomic, write_parquet_atomic
+from aml_ray.run.evidence import ADD_SCHEMA, MEMORY_TYPE, RunDir, to_table, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.prompts import load_prompt
 
@@ -364,7 +364,7 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
     """
     import json
 
-    from aml_ray.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray
 
     cfg.sandbox.check()  # refuse to start where the sandbox cannot isolate the tests (no silent fallback)
     run_dir = RunDir(cfg.out_dir)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from aml_ray.evidence import RETRIEVED
+from aml_ray.run.evidence import RETRIEVED
 from aml_ray.scoring.aggregate import OVERALL
 
 REQUIRED_COLUMNS = ("dataset", "category", "excluded", "status", "n_memories")

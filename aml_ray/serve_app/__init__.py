@@ -2,5 +2,5 @@
 
 Layout: ``settings`` (environment), ``deps`` (session, caller's key, admin), ``routes/<resource>.py``,
 ``schemas`` (bodies), ``errors`` (``{"detail": {"reason": ...}}``), ``worker`` (jobs through
-:func:`aml_ray.evaluation.evaluate`), ``gate`` (publication gate), ``templates`` (public pages).
+:func:`aml_ray.run.evaluation.evaluate`), ``gate`` (publication gate), ``templates`` (public pages).
 """

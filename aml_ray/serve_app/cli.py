@@ -43,7 +43,7 @@ def _serve(settings, *, host: str, port: int, num_cpus: int | None) -> None:
 
     from ray import serve
 
-    from aml_ray.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray
     from aml_ray.serve_app.deployment import run
 
     started = init_ray(num_cpus=num_cpus)

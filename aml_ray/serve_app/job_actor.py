@@ -10,8 +10,11 @@ dispatcher claims the job again and a new actor resumes it from its evidence.
 
 from __future__ import annotations
 
+import logging
+
 import ray
 
+log = logging.getLogger("aml_ray.serve_app.job_actor")
 #: Namespace of the job actors (a restarted service finds and names them there).
 NAMESPACE = "aml"
 
@@ -41,6 +44,8 @@ class JobActor:
 
         try:
             JobWorker(self.service).run_job(job_id, owner=owner)
+        except Exception:  # a defect, not the participant's: logged here; the job is claimed again after
+            log.exception("job %s: runner error", job_id)  # its lease, at most settings.max_attempts times
         finally:
             self.service.engine.dispose()
             ray.actor.exit_actor()

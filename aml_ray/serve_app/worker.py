@@ -3,7 +3,7 @@
 :meth:`JobWorker.run_job` claims the job in the database queue (or checks that the dispatcher's claim is
 still its own, :mod:`aml_ray.store.queue`), renews the lease from a heartbeat thread while it runs, and
 runs the track's suite bundle by bundle (:func:`aml_ray.serve_app.tracks.job_bundles`), each into
-``<run dir>/<bundle>`` with :func:`aml_ray.evaluation.evaluate`. A claim after an expired lease (the
+``<run dir>/<bundle>`` with :func:`aml_ray.run.evaluation.evaluate`. A claim after an expired lease (the
 previous runner died: node lost, process killed) is a resumption: a bundle whose run.json says
 ``completed`` is read back from its results.json, a bundle with an unfinished run.json is resumed from its
 evidence (``resume``: same run_id, finished Adds and questions skipped), so the job ends with the result an
@@ -123,7 +123,7 @@ class JobWorker:
                 log.warning("job %s: lease lost to another runner; this runner stops", job_id)
 
     def _run(self, job_id: str, owner: str, beat: _Heartbeat) -> None:
-        from aml_ray.pipeline import StageFailed
+        from aml_ray.run.pipeline import StageFailed
 
         settings, sessions = self.service.settings, self.service.sessions
         secret: SecretStr | None = None
@@ -171,7 +171,7 @@ class JobWorker:
         suite = track_suite(settings, track)
         table = [row for rows, _ in runs for row in rows]
         facts = suite_facts([run_facts(info) for _, info in runs], suite=f"{suite.name}@{suite.version}")
-        statuses = [info["status"] for _, info in runs]  # derived from the evidence (aml_ray.outcome)
+        statuses = [info["status"] for _, info in runs]  # derived from the evidence (aml_ray.run.outcome)
         with sessions.begin() as session:
             if not owns(session, job_id, owner):
                 raise LeaseLost(job_id)
@@ -192,7 +192,7 @@ class JobWorker:
     def _bundle(self, bundle: JobBundle, out_dir: Path, spec: ParticipantSpec, mode: str, track: str,
                 run_label: str, label: str, progress: _Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Run, resume or read back one bundle; returns its (table rows, run.json)."""
-        from aml_ray.evaluation import EvaluationConfig, evaluate
+        from aml_ray.run.evaluation import EvaluationConfig, evaluate
 
         settings = self.service.settings
         run_json = out_dir / "run.json"
@@ -270,7 +270,7 @@ class _Progress:
         return {k: base.get(k, 0) + current.get(k, 0) for k in keys}
 
     def callback(self, kind: str, values: dict[str, int]) -> None:
-        """The ``on_progress`` of :func:`aml_ray.evaluation.evaluate` for the running bundle."""
+        """The ``on_progress`` of :func:`aml_ray.run.evaluation.evaluate` for the running bundle."""
         now = time.monotonic()
         if kind == "totals":
             self.totals = dict(values)

@@ -1,7 +1,7 @@
 """The pipeline's stages as Ray Data callable classes: Ingest (Adds, then Searches) -> Answer -> Judge.
 
 Each stage receives a pyarrow batch of rows and returns one; rows are question rows of
-:data:`aml_ray.evidence.QUESTION_SCHEMA` (the Ingest stage turns one sample row into that sample's
+:data:`aml_ray.run.evidence.QUESTION_SCHEMA` (the Ingest stage turns one sample row into that sample's
 question rows, searched right after the sample's Adds: :mod:`aml_ray.stages.ingest`). Stages never talk HTTP themselves: they send one actor call per batch to the
 ``ParticipantClient`` / ``ModelClient`` actors that own the connections and limits.
 

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from aml_ray.actors.participant import ParticipantError
 from aml_ray.contract import ContractError
-from aml_ray.evidence import QUESTION_SCHEMA, RETRIEVED, SEARCH_COLUMNS
+from aml_ray.run.evidence import QUESTION_SCHEMA, RETRIEVED, SEARCH_COLUMNS
 
 
 def report(tracker, stage: str, n: int) -> None:
@@ -33,7 +33,7 @@ async def participant_failure(exc: BaseException, tracker, evidence: str | None 
         exc: the exception the stage met.
         tracker: the ``ProgressTracker`` actor handle, or None.
         evidence: the file holding the stopped request's evidence row, relative to the run directory
-            (:class:`aml_ray.evidence.StopLog`); goes to the failure as ``evidence`` (run.json).
+            (:class:`aml_ray.run.evidence.StopLog`); goes to the failure as ``evidence`` (run.json).
     """
     if isinstance(exc, ContractError):
         failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
@@ -58,7 +58,7 @@ async def stop_on(exc: BaseException, tracker, record: Callable[[dict[str, Any]]
         tracker: as :func:`participant_failure`.
         record: writes the row from the outcome the error carries (``exc.outcome``, set by
             :class:`~aml_ray.actors.participant.ParticipantClient`) and returns its file
-            (:meth:`aml_ray.evidence.StopLog.append`); not called when the error carries none. A row that
+            (:meth:`aml_ray.run.evidence.StopLog.append`); not called when the error carries none. A row that
             cannot be written never hides the error: the failure's ``evidence`` then says
             ``"not written: <why>"``.
 
@@ -99,7 +99,7 @@ def table_with(rows: list[dict[str, Any]], batch: pa.Table, kept: tuple[str, ...
         kept: columns taken from ``batch`` unchanged.
 
     Raises:
-        ValueError: a row holds a key the schema does not declare (as :func:`aml_ray.evidence.to_table`).
+        ValueError: a row holds a key the schema does not declare (as :func:`aml_ray.run.evidence.to_table`).
     """
     present = set().union(*rows)
     extra = present - set(QUESTION_SCHEMA.names)
@@ -119,8 +119,8 @@ def searched_questions(questions: pa.Table, search: pa.Table, *, final: bool = F
     """Questions and their Search columns -> a ``QUESTION_SCHEMA`` table, Arrow column by column.
 
     Args:
-        questions: the questions' input columns (:data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`).
-        search: their Search columns (:data:`aml_ray.evidence.SEARCH_SCHEMA`), same rows in the same order.
+        questions: the questions' input columns (:data:`aml_ray.run.evidence.QUESTION_INPUT_COLUMNS`).
+        search: their Search columns (:data:`aml_ray.run.evidence.SEARCH_SCHEMA`), same rows in the same order.
         final: a retrieval-only run ends at Search: ``status`` is ``retrieved`` where the Search succeeded,
             else ``search_error``; otherwise ``status`` stays null for the later stages.
 

@@ -1,7 +1,7 @@
 """Answer stage: the locked answer model (or the offline answerer) over the retrieved memories.
 
 The context is the participant's memories in their order, cut to the token budget
-(:mod:`aml_ray.context`); the cut and the token count go to evidence.
+(:mod:`aml_ray.models.context`); the cut and the token count go to evidence.
 
 Multimodal: the prompt is rendered as text with ``<image media:<sha256>>`` where a memory (or the
 question) holds an image, then split there into an OpenAI-style content array, so text and image parts
@@ -18,11 +18,11 @@ import pyarrow as pa
 
 from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
-from aml_ray.context import fit_context, speaker_blocks
+from aml_ray.models.context import fit_context, speaker_blocks
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX, MediaStore, image_token_counter, render_parts
-from aml_ray.offline import extractive_answer
+from aml_ray.models.offline import extractive_answer
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.stages._common import report, table_with
 
 #: Default context budget of the answer prompt's memories, in tokens.
@@ -78,7 +78,7 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
 
     Args:
         rows: question rows after Search (see ``QUESTION_SCHEMA``).
-        endpoint: the answer endpoint; offline uses :func:`aml_ray.offline.extractive_answer`.
+        endpoint: the answer endpoint; offline uses :func:`aml_ray.models.offline.extractive_answer`.
         model: an object with ``async complete_batch(batch, **kw)`` (a ``ModelClient`` or ``ActorModel``);
             None when offline.
         prompt: the answer prompt template.

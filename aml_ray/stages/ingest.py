@@ -8,7 +8,7 @@ start (measured: docs/benchmarks.md), on a path where the participant's latency 
 
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
 only the others are sent. A sample whose Parquet evidence exists sends no Add at all. The journals become
-Parquet evidence when the run's traffic is over (:func:`aml_ray.evidence.finish_add_journals`, by the
+Parquet evidence when the run's traffic is over (:func:`aml_ray.run.evidence.finish_add_journals`, by the
 driver), not here: a Parquet write per sample on this event loop took CPU from the participant client.
 
 Streaming mode: questions that carry a ``step`` (the number of the sample's sessions added before they
@@ -27,11 +27,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import AddJournal, RunDir, StopLog
-from aml_ray.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
-from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
-from aml_ray.progress import ProgressBuffer
-from aml_ray.outcome import FailureBudget
+from aml_ray.run.evidence import AddJournal, RunDir, StopLog
+from aml_ray.run.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
+from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.run.progress import ProgressBuffer
+from aml_ray.run.outcome import FailureBudget
 from aml_ray.stages._common import StageStopped, searched_questions, stop_on
 from aml_ray.stages.search import search_rows
 
@@ -83,7 +83,7 @@ def segments(meta: list[dict[str, Any]], steps: set[int]) -> list[tuple[list[int
 class IngestStage:
     """Adds one sample's chunks in order, journals their evidence, searches its questions, emits them.
 
-    Input rows: ``{sample_id, adds_json, add_meta_json, questions}`` (:data:`aml_ray.inputs.SAMPLE_INPUT_SCHEMA`):
+    Input rows: ``{sample_id, adds_json, add_meta_json, questions}`` (:data:`aml_ray.run.inputs.SAMPLE_INPUT_SCHEMA`):
     the ordered AddRequest dicts, their metadata (chunk_index, n_words, session_index) and the sample's
     pending questions; one
     row per sample, several samples per task when samples are many (one Ray Data task costs the actor
@@ -99,7 +99,7 @@ class IngestStage:
         final: a retrieval-only run ends here: each question row also gets its final ``status``
             (:func:`aml_ray.stages._common.searched_questions`).
         samples_at_once: at most this many samples in progress in this actor across its tasks (each
-            task's samples run at once; :attr:`aml_ray.pipeline.PipelineOptions.samples_per_task`); None:
+            task's samples run at once; :attr:`aml_ray.run.pipeline.PipelineOptions.samples_per_task`); None:
             no actor-wide limit (the tasks' own count bounds it).
     """
 
@@ -182,7 +182,7 @@ class IngestStage:
         await self._check_budget()
 
     async def _check_budget(self) -> None:
-        """Stop the run when the failure budget is exceeded (:mod:`aml_ray.outcome`): the failure goes to
+        """Stop the run when the failure budget is exceeded (:mod:`aml_ray.run.outcome`): the failure goes to
         the tracker (the driver's error summary), then :class:`~aml_ray.stages._common.StageStopped` is raised."""
         stage = self.budget.exceeded()
         if stage is None:
@@ -217,7 +217,7 @@ class IngestStage:
         return search
 
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The sample's input row from the task's row, its ``questions`` as a table (:func:`~aml_ray.inputs.sample_questions`)."""
+        """The sample's input row from the task's row, its ``questions`` as a table (:func:`~aml_ray.run.inputs.sample_questions`)."""
         return {**row, "questions": sample_questions(pa.Table.from_pylist([row], schema=SAMPLE_INPUT_SCHEMA))}
 
     async def _sample(self, row: dict[str, Any]) -> pa.Table:
@@ -260,14 +260,14 @@ class IngestStage:
 class IngestFromFiles(IngestStage):
     """:class:`~aml_ray.stages.IngestStage` fed with sample file paths: reads each sample's row in the actor.
 
-    Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.inputs`). Reading in the Ingest actor
+    Input rows: ``{path}``, one sample's input file (:mod:`aml_ray.run.inputs`). Reading in the Ingest actor
     (milliseconds per sample) needs no read tasks: no extra worker processes and no CPU ask. Ray Data's
     ``read_parquet`` (ray 2.60) samples files with 1-CPU tasks, starts footer-reader actors and read tasks
     that each need CPU to be placed (a whole CPU can never be had on a 1-CPU node whose stage actors hold
-    0.1 each: docs/ray-notes.md, and the ds.repartition stall noted in :func:`aml_ray.pipeline.run_pipeline`); it
+    0.1 each: docs/ray-notes.md, and the ds.repartition stall noted in :func:`aml_ray.run.pipeline.run_pipeline`); it
     added two worker processes and their memory (measured: docs/benchmarks.md). Arguments as IngestStage's.
 
-    It lives here, not in :mod:`aml_ray.pipeline`: a Ray worker imports the module of the class it runs,
+    It lives here, not in :mod:`aml_ray.run.pipeline`: a Ray worker imports the module of the class it runs,
     and the pipeline module pulls in the model clients (the openai SDK) and polars, seconds of CPU per
     worker start on 2 cores that the first Searches would share.
     """

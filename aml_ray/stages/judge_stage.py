@@ -12,7 +12,7 @@ import pyarrow as pa
 from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.prompts import Prompt, load_prompt
-from aml_ray.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.stages._common import report, table_with
 from aml_ray.stages.judge import F1_RULES
 from aml_ray.stages.scorers import get_scorer

@@ -1,7 +1,7 @@
 """Search: one ParticipantClient call per group of questions (run by the Ingest stage, per sample).
 
 A Search that stops the run (a contract error or a status that is not retried) leaves its question's row
-in ``evidence/stopped/searches.jsonl`` (:class:`aml_ray.evidence.StopLog`) before the stage stops.
+in ``evidence/stopped/searches.jsonl`` (:class:`aml_ray.run.evidence.StopLog`) before the stage stops.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.evidence import QUESTION_SCHEMA, SEARCH_SCHEMA, RunDir, StopLog
+from aml_ray.run.evidence import QUESTION_SCHEMA, SEARCH_SCHEMA, RunDir, StopLog
 from aml_ray.stages._common import call_participant
 
 
@@ -23,7 +23,7 @@ def stopped_question_row(questions: pa.Table, outcome: dict[str, Any]) -> dict[s
             its ``request_id`` is the question's ``ref``.
 
     Returns:
-        A :data:`aml_ray.evidence.QUESTION_SCHEMA` row: the question's own columns and its Search columns
+        A :data:`aml_ray.run.evidence.QUESTION_SCHEMA` row: the question's own columns and its Search columns
         (``search_status`` ``contract_error`` or ``error``, ``contract`` = ``"<field>: <reason>"``,
         ``search_error`` the message; no memories); None when no question of the group has that ref.
     """
@@ -46,17 +46,17 @@ async def search_rows(participant, questions: pa.Table, top_k: int, tracker=None
 
     Args:
         participant: the ``ParticipantClient`` actor handle.
-        questions: question columns (:data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`; read here:
+        questions: question columns (:data:`aml_ray.run.evidence.QUESTION_INPUT_COLUMNS`; read here:
             ``question``, ``user_id``, ``options``, ``ref``, and ``question_parts`` for Multimodal).
         top_k: Top K sent with every Search.
         tracker: optional ``ProgressTracker`` (receives a contract failure before it is raised).
         media_root: the run's media folder (Multimodal): question images are read from it and returned
             images are stored in it (:class:`aml_ray.media.MediaStore`).
         run_dir: the run directory: a Search that stops the run leaves its question's row there
-            (:func:`stopped_question_row`, :class:`aml_ray.evidence.StopLog`); None writes none.
+            (:func:`stopped_question_row`, :class:`aml_ray.run.evidence.StopLog`); None writes none.
 
     Returns:
-        :data:`aml_ray.evidence.SEARCH_SCHEMA` columns, one row per question, in order (built by the
+        :data:`aml_ray.run.evidence.SEARCH_SCHEMA` columns, one row per question, in order (built by the
         client: :meth:`aml_ray.actors.participant.ParticipantClient.search_table`).
 
     Raises:

@@ -95,7 +95,7 @@ def mark_running(job: Job, run_dir: str) -> None:
 
 
 def record_progress(job: Job, kind: str, values: dict[str, int]) -> None:
-    """Apply a progress callback of :func:`aml_ray.evaluation.evaluate` to the job's stages.
+    """Apply a progress callback of :func:`aml_ray.run.evaluation.evaluate` to the job's stages.
 
     Args:
         job: the job (with its stages loaded).

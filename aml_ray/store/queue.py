@@ -4,7 +4,7 @@ A job is *claimable* when it is ``queued``, or ``running`` with a lease that has
 node lost, process killed) or that it never had (a row written before leases existed). Claiming sets
 ``status = 'running'``, the owner, the expiry ``now + lease_s`` and adds one to ``attempts``; a claim with
 ``attempts > 1`` is a resumption, and the runner continues the run from its evidence
-(:func:`aml_ray.evaluation.evaluate` with ``resume``).
+(:func:`aml_ray.run.evaluation.evaluate` with ``resume``).
 
 Exclusivity (issue 28; seed "several replicas"): on PostgreSQL the candidate row is selected with
 ``SELECT ... FOR UPDATE SKIP LOCKED``, so concurrent claimers each lock a different row and never wait on

@@ -150,7 +150,7 @@ def run_outcome(adds: pl.DataFrame, questions: pl.DataFrame, *, expected_adds: i
         scorable: scorable questions of the dataset (run.json ``dataset.scorable_questions``; a Streaming
             run searches each at several steps: pass the number of question rows expected).
         stopped: the failure that stopped the run (contract, status, budget, pre-flight), if any.
-        isolation: the leaks found (:func:`aml_ray.isolation.find_leaks`), if any.
+        isolation: the leaks found (:func:`aml_ray.run.isolation.find_leaks`), if any.
         share: the failure budget's share (:data:`BUDGET_SHARE`).
 
     Returns:

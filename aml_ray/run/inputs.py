@@ -3,7 +3,7 @@
 The driver never holds the whole corpus's Add requests or question rows: :func:`build_inputs` chunks one
 sample, builds its Add requests (ids per DESIGN.md "IDs") and question rows, writes them to the inputs
 folder and forgets them; :class:`PipelineInputs` keeps only counts and the folder. The pipeline
-(:func:`aml_ray.pipeline.run_pipeline`) hands Ray Data one path per block, so each Ingest task still gets
+(:func:`aml_ray.run.pipeline.run_pipeline`) hands Ray Data one path per block, so each Ingest task still gets
 exactly one sample (DESIGN.md "The pipeline": the unit of ingestion is one sample).
 Ray Data carries only the file paths (:func:`read_sample_files` runs in the Ingest actor).
 
@@ -13,7 +13,7 @@ resume, derived from the dataset and the run id, never evidence)::
     sample-000000.arrow ...     one file per sample, one row of :data:`SAMPLE_INPUT_SCHEMA` (the
                                 IngestStage's input row), in the adapter's sample order; an Arrow IPC
                                 file (:func:`read_sample_files` says why not Parquet)
-    excluded.parquet            question rows that are not scored (:data:`aml_ray.evidence.QUESTION_SCHEMA`,
+    excluded.parquet            question rows that are not scored (:data:`aml_ray.run.evidence.QUESTION_SCHEMA`,
                                 e.g. LoCoMo category 5), one row group per sample that has any; absent
                                 when there are none
 """
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from aml_ray.contract import AddRequest
 from aml_ray.datasets.base import Sample, turn_ids
 from aml_ray.datasets.chunking import chunk_sample, count_words
-from aml_ray.evidence import (
+from aml_ray.run.evidence import (
     QUESTION_INPUT_COLUMNS,
     QUESTION_INPUT_TYPE,
     QUESTION_SCHEMA,
@@ -48,7 +48,7 @@ from aml_ray.ids import IdScheme
 #: One sample's input row, as :class:`aml_ray.stages.IngestStage` takes it: the ordered AddRequest dicts
 #: (``adds_json``) and their metadata (``add_meta_json``: chunk_index, n_words, session_index), each a JSON
 #: text, and the sample's pending, scorable questions (``questions``: structs of
-#: :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`). The questions are Arrow, not JSON, so the Ingest stage
+#: :data:`aml_ray.run.evidence.QUESTION_INPUT_COLUMNS`). The questions are Arrow, not JSON, so the Ingest stage
 #: takes them as columns (:func:`sample_questions`) without a dict per question (measured cheaper on the
 #: Ingest actor's data path: docs/benchmarks.md).
 SAMPLE_INPUT_SCHEMA = pa.schema([("sample_id", pa.string()), ("adds_json", pa.string()),
@@ -151,7 +151,7 @@ class SampleInput(InputCounts):
 
     Attributes:
         row: ``{sample_id, adds_json, add_meta_json, questions}`` (:data:`SAMPLE_INPUT_SCHEMA`; the
-            questions as dicts of :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`).
+            questions as dicts of :data:`aml_ray.run.evidence.QUESTION_INPUT_COLUMNS`).
         excluded: excluded question rows not yet in the evidence (``status="excluded"``).
         the others: :class:`InputCounts`, for this sample.
     """
@@ -268,7 +268,7 @@ def build_inputs(samples: Iterable[Sample], ids: IdScheme, *, out_dir: Path,
 def read_sample_files(paths: Iterable[str]) -> pa.Table:
     """Sample files -> their rows, in the given order (:data:`SAMPLE_INPUT_SCHEMA`; one row per file).
 
-    Each file is an Arrow IPC file (:func:`aml_ray.evidence.write_arrow_atomic`), read whole into memory
+    Each file is an Arrow IPC file (:func:`aml_ray.run.evidence.write_arrow_atomic`), read whole into memory
     and opened from there on the calling thread: no decoding, no thread pool, and no memory map that
     would outlive the file (a finished run removes its inputs). The Ingest actor reads a sample's file
     when the sample starts, on its event loop, where every millisecond is taken from the participant
@@ -295,7 +295,7 @@ def sample_questions(table: pa.Table) -> pa.Table:
         table: rows of :data:`SAMPLE_INPUT_SCHEMA` (e.g. :func:`read_sample_files`).
 
     Returns:
-        One row per question, the columns :data:`aml_ray.evidence.QUESTION_INPUT_COLUMNS`.
+        One row per question, the columns :data:`aml_ray.run.evidence.QUESTION_INPUT_COLUMNS`.
     """
     questions = table.column("questions").combine_chunks()
     if isinstance(questions, pa.ChunkedArray):  # no rows: no chunk to combine

@@ -12,7 +12,7 @@ Layout of a run directory::
                                                  QUESTION_SCHEMA row (:class:`StopLog`)
     <run_dir>/media/<sha256>.<ext>               Multimodal: each image once, by content hash
     <run_dir>/inputs/                            the pipeline's inputs while the run is under way
-                                                 (:mod:`aml_ray.inputs`; rebuilt on resume, removed when
+                                                 (:mod:`aml_ray.run.inputs`; rebuilt on resume, removed when
                                                  the run completes; not evidence)
 
 Every Parquet and JSON file is written atomically (temporary file + ``os.replace``), so a killed run
@@ -109,7 +109,7 @@ QUESTION_SCHEMA = pa.schema([
 
 #: The columns a question has before its Search (from the dataset: ``dataset`` .. ``question_parts``), in
 #: ``QUESTION_SCHEMA`` order; a sample's input file holds its pending questions as structs of these
-#: (:data:`aml_ray.inputs.SAMPLE_INPUT_SCHEMA`).
+#: (:data:`aml_ray.run.inputs.SAMPLE_INPUT_SCHEMA`).
 QUESTION_INPUT_COLUMNS = tuple(QUESTION_SCHEMA.names[:QUESTION_SCHEMA.names.index("search_status")])
 QUESTION_INPUT_TYPE = pa.struct([QUESTION_SCHEMA.field(name) for name in QUESTION_INPUT_COLUMNS])
 
@@ -147,7 +147,7 @@ def search_columns(outcomes: list[dict[str, Any]]) -> pa.Table:
     }, schema=SEARCH_SCHEMA)
 
 
-#: The per-question figures a run's summary reads (:func:`aml_ray.evaluation.evaluate`: the score table of
+#: The per-question figures a run's summary reads (:func:`aml_ray.run.evaluation.evaluate`: the score table of
 #: :func:`aml_ray.scoring.aggregate`, run.json's search, token, cost and judge-run figures): the question id,
 #: category, statuses, scores, latencies and token counts, without the memories, question, gold, answer or
 #: judge text that make a row large (about 100 bytes a row instead of kilobytes).
@@ -219,7 +219,7 @@ def write_arrow_atomic(table: pa.Table, path: Path) -> None:
     """Write ``table`` to ``path`` as an Arrow IPC file (uncompressed), atomically as :func:`write_parquet_atomic`.
 
     For files a process reads back soon and often, where Parquet's decoding is the cost (the pipeline's
-    sample inputs, :mod:`aml_ray.inputs`); evidence stays Parquet.
+    sample inputs, :mod:`aml_ray.run.inputs`); evidence stays Parquet.
     """
     def write(tmp: str) -> None:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -312,7 +312,7 @@ class AddJournal:
 def finish_add_journals(run_dir: RunDir) -> int:
     """Turn every Add journal left in ``run_dir`` into its sample's Parquet evidence (:meth:`AddJournal.finish`).
 
-    The driver calls it once the pipeline has run to its end (:func:`aml_ray.pipeline.run_pipeline`),
+    The driver calls it once the pipeline has run to its end (:func:`aml_ray.run.pipeline.run_pipeline`),
     not the Ingest stage after each sample: a Parquet file per sample costs milliseconds of CPU
     (measured: docs/benchmarks.md) on the event loop that feeds the participant client, while the journal alone already makes a resumed run exact. A run that
     stopped early keeps its journals; the run that resumes it writes them.

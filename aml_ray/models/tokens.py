@@ -16,7 +16,7 @@ Rules (participant text is counted as it comes, so nothing in it may stop a run)
   characters) is cut at :data:`PIECE_CHARS`, and its count may differ from the whole text's by a token.
 - :data:`MAX_CHARS_PER_TOKEN` bounds the characters of one token, so a text of ``n`` characters has at
   least ``ceil(n / MAX_CHARS_PER_TOKEN)`` tokens: callers with a token budget cut a text that cannot fit
-  on its length alone, before tokenising it (:func:`min_tokens`, :func:`aml_ray.context.fit_context`).
+  on its length alone, before tokenising it (:func:`min_tokens`, :func:`aml_ray.models.context.fit_context`).
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
 from aml_ray.config import ModelEndpoint
-from aml_ray.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, finish_add_journals,
+from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, finish_add_journals,
                               read_questions)
-from aml_ray.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
-from aml_ray.progress import ProgressTracker
+from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
+from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
-from aml_ray.ray_runtime import on_this_node, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import on_this_node, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
@@ -217,8 +217,8 @@ def run_pipeline(
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
-        ones), columns :data:`aml_ray.evidence.SUMMARY_COLUMNS` only (no memories, answers or judge
-        texts: the driver's memory stays flat as the corpus grows); :func:`aml_ray.evidence.read_questions`
+        ones), columns :data:`aml_ray.run.evidence.SUMMARY_COLUMNS` only (no memories, answers or judge
+        texts: the driver's memory stays flat as the corpus grows); :func:`aml_ray.run.evidence.read_questions`
         reads every column.
 
     Raises:

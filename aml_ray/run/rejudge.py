@@ -20,7 +20,7 @@ import polars as pl
 from aml_ray.actors.model import ModelClient
 from aml_ray.config import ModelEndpoint
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import QUESTION_SCHEMA, RunDir, read_questions, to_table, write_json_atomic, write_parquet_atomic
+from aml_ray.run.evidence import QUESTION_SCHEMA, RunDir, read_questions, to_table, write_json_atomic, write_parquet_atomic
 from aml_ray.prompts import load_prompt
 from aml_ray.scoring import aggregate
 from aml_ray.stages.scorers import get_scorer

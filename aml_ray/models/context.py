@@ -6,7 +6,7 @@ budget and every memory after it are cut. The number cut is recorded in evidence
 the kept tokens are an output metric (``context_tokens``). Memories are never reordered or rewritten.
 
 A memory whose text alone is longer than ``MAX_CHARS_PER_TOKEN`` characters per token left in the budget
-cannot fit (no token is longer, :mod:`aml_ray.tokens`), so it is cut on its length before it is tokenised:
+cannot fit (no token is longer, :mod:`aml_ray.models.tokens`), so it is cut on its length before it is tokenised:
 a participant may return a memory of millions of characters, and the cut is the one the token count would
 make (issue 24).
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX
-from aml_ray.tokens import count_tokens, min_tokens
+from aml_ray.models.tokens import count_tokens, min_tokens
 
 
 @dataclass(frozen=True)

@@ -378,7 +378,7 @@ def use_arrow_ipc_serialization() -> None:
     this once, on the path each question takes.
 
     Uses Ray's public ``ray.util.register_serializer``, which applies to the calling process only: the
-    driver (:func:`aml_ray.pipeline.run_pipeline`) and each stage actor (their constructors) call it.
+    driver (:func:`aml_ray.run.pipeline.run_pipeline`) and each stage actor (their constructors) call it.
     Idempotent; does nothing where Ray is not initialised (a stage built directly, as in tests).
     """
     import pyarrow as pa

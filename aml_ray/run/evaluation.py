@@ -25,15 +25,15 @@ import aml_ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
+from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
-from aml_ray.inputs import build_inputs, read_sample_files
-from aml_ray.isolation import find_leaks, index_adds, iter_question_memories
-from aml_ray.outcome import run_outcome
-from aml_ray.pipeline import PipelineOptions, StageFailed, run_pipeline
-from aml_ray.preflight import PreflightFailed, preflight
+from aml_ray.run.inputs import build_inputs, read_sample_files
+from aml_ray.run.isolation import find_leaks, index_adds, iter_question_memories
+from aml_ray.run.outcome import run_outcome
+from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
+from aml_ray.run.preflight import PreflightFailed, preflight
 from aml_ray.prompts import load_prompt
-from aml_ray.ray_runtime import init_ray
+from aml_ray.run.ray_runtime import init_ray
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
@@ -264,16 +264,16 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         FileNotFoundError: ``resume`` is on and ``out_dir`` holds no run.json.
         ValueError: resuming a completed run, or one whose dataset, prompts, models, Top K or
             participant differ (:func:`check_resumable`).
-        aml_ray.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
+        aml_ray.run.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
         aml_ray.datasets.fetch.DatasetError: the dataset file is missing, unreachable or has another hash.
-        StageFailed: the run failed (:mod:`aml_ray.outcome`): the pre-flight failed, a contract error, a
+        StageFailed: the run failed (:mod:`aml_ray.run.outcome`): the pre-flight failed, a contract error, a
             non-retryable participant status or the failure budget stopped it, or its evidence shows a
             memory of another user_id or no scored question; run.json is written first with
             ``status="failed"``, the error summary and the structured ``failure``.
 
     A run that ends without failing has ``run_info["status"]`` ``completed`` or ``partial`` (some Adds
     failed or some questions have no result, within the failure budget), derived from the evidence by
-    :func:`aml_ray.outcome.run_outcome`.
+    :func:`aml_ray.run.outcome.run_outcome`.
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     spec = get_dataset(cfg.dataset)
@@ -305,7 +305,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
         done = set(finished["question_id"].to_list())
         del finished
-    # one sample at a time into <run>/inputs/ (aml_ray.inputs): the driver keeps counts, not rows
+    # one sample at a time into <run>/inputs/ (aml_ray.run.inputs): the driver keeps counts, not rows
     inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), out_dir=run_dir.inputs,
                           stream_checkpoints=cfg.stream_checkpoints, done_questions=done,
                           media_dir=run_dir.media if media else None)
@@ -437,7 +437,7 @@ def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpo
     """Streaming: the score table at each checkpoint, not pooled (issue 25).
 
     A sample of ``n`` sessions is searched at step ``max(1, ceil(f * n))`` for the fraction ``f``
-    (:func:`aml_ray.inputs.stream_steps`), so the table of ``f`` takes each sample's rows of that step; two
+    (:func:`aml_ray.run.inputs.stream_steps`), so the table of ``f`` takes each sample's rows of that step; two
     fractions that give a sample the same step share those rows.
 
     Args:
@@ -482,7 +482,7 @@ def evidence_recall(samples, run_dir: RunDir) -> list[dict[str, Any]]:
 
 
 def check_isolation(inputs, run_dir: RunDir) -> list[dict[str, Any]]:
-    """Leaks of the run (:func:`aml_ray.isolation.find_leaks`): its sample inputs against its question evidence.
+    """Leaks of the run (:func:`aml_ray.run.isolation.find_leaks`): its sample inputs against its question evidence.
 
     Returns:
         One dict per question that got a memory of another user_id (empty when isolation held).
