@@ -17,8 +17,12 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
+from aml_ray.config import ModelEndpoint
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.serve_app.settings import ServiceSettings
+from tests.fake_openai import FakeOpenAI, Reply
+from tests.servers import ThreadServer
+from tests.service_suites import locomo_only_suite
 
 pytestmark = pytest.mark.ray
 
@@ -61,10 +65,17 @@ def serve_app(ray_session, locomo_file, tmp_path):
 
     from aml_ray.serve_app.deployment import run
 
+    # the suite's locked models (gpt-4o-mini) behind a local OpenAI-compatible server: the offline answerer and
+    # judge are never published (issue 28); the judge calls about half the answers correct, by prompt length
+    fake = FakeOpenAI(lambda prompt, n: Reply('Short.\n{"label": "%s"}' % ("CORRECT" if len(prompt) % 2 else "WRONG")))
+    http = ThreadServer(fake.app).__enter__()
+    models = {role: ModelEndpoint(role=role, base_url=f"{http.base_url}/v1", model="gpt-4o-mini",
+                                  api_key=SecretStr("sk-test"), cache_path=None) for role in ("answer", "judge")}
     settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}",
                                master_keys=[SecretStr(Fernet.generate_key().decode())],
                                admin_token=SecretStr(ADMIN), allow_loopback=True, runs_dir=tmp_path / "runs",
-                               dataset_paths={"locomo": locomo_file}, smoke_limit_samples=1, full_limit_samples=1)
+                               dataset_paths={"locomo": locomo_file}, suites={"textual": locomo_only_suite()},
+                               smoke_limit_samples=1, full_limit_samples=1, **models)
     port = free_port()
     run(settings, host="127.0.0.1", port=port)
     base = f"http://127.0.0.1:{port}"
@@ -81,6 +92,7 @@ def serve_app(ray_session, locomo_file, tmp_path):
         yield base, tmp_path
     finally:
         serve.shutdown()
+        http.__exit__(None, None, None)
 
 
 def _onboard(api: Api, ref: ReferenceServer, system: str) -> tuple[str, str]:

@@ -13,13 +13,12 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.store import make_engine, session_factory, upgrade
 from aml_ray.store.jobs import create_job, get_job, mark_completed
-from aml_ray.store.models import Job, JobStage, PublicSubmission, utcnow
+from aml_ray.store.models import Job, PublicSubmission, utcnow
 from aml_ray.store.queue import claim_job, owns, renew_lease
 from tests.conftest import PG_URL, SHARED_DATASETS
 from tests.service_suites import locomo_only_suite

@@ -4,8 +4,9 @@ The app is built on the replica (``__serve_build_asgi_app__``), so nothing unpic
 thread) crosses from the driver. With no settings the replica reads them from its environment
 (:meth:`ServiceSettings.from_env`); pass ``env_vars`` in the Serve config's ``runtime_env`` on a cluster.
 
-One replica only: the job worker and the SQLite default assume one process. With PostgreSQL, more
-replicas could serve reads, but jobs would need a queue shared between replicas (not built yet).
+Replicas: jobs never run in a replica (each runs in its own detached Ray actor, claimed from the database
+queue by every replica's dispatcher: :mod:`aml_ray.serve_app.dispatch`), so with PostgreSQL any number of
+replicas can run (``num_replicas`` in the Serve config); the SQLite default is for one machine.
 """
 
 from __future__ import annotations

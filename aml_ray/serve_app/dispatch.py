@@ -1,6 +1,8 @@
 """The job dispatcher of one Serve replica: claims queued jobs from the database and starts their actors.
 
-Every replica runs one dispatcher thread. Each turn it ends the bookkeeping of actors that finished,
+Every replica runs one dispatcher thread. Each turn it ends the bookkeeping of actors that finished, renews
+the leases of the jobs whose actors it started and that still run (the actor renews them too, so a job
+keeps its lease while either is alive),
 claims jobs while it runs fewer than ``settings.max_concurrent_jobs`` (:func:`aml_ray.store.queue.claim_job`:
 ``SELECT ... FOR UPDATE SKIP LOCKED`` on PostgreSQL, a conditional UPDATE on SQLite, so two replicas never
 take the same job) and starts a detached :class:`aml_ray.serve_app.job_actor.JobActor` for each. It wakes
@@ -20,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from aml_ray.store.queue import claim_job
+from aml_ray.store.queue import claim_job, renew_lease
 
 log = logging.getLogger("aml_ray.serve_app.dispatch")
 
@@ -39,7 +41,7 @@ class JobDispatcher:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._running: dict[str, Any] = {}  # job id -> ObjectRef of its actor's run
+        self._running: dict[str, tuple[Any, str]] = {}  # job id -> (ObjectRef of its actor's run, lease owner)
         self._last_purge: float | None = None  # the first turn purges
         self.claimed: list[str] = []  # every job id this dispatcher claimed, in order (tests, logs)
 
@@ -82,28 +84,38 @@ class JobDispatcher:
 
         settings = self.service.settings
         if self._running:
-            refs = list(self._running.values())
+            refs = [ref for ref, _ in self._running.values()]
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            for job_id in [j for j, r in self._running.items() if r in done]:
-                del self._running[job_id]
+            for job_id in [j for j, (r, _) in self._running.items() if r in done]:
+                _log_end(job_id, self._running.pop(job_id)[0])
+            # the actors still running hold their lease from here too: an actor's start-up (a new worker
+            # process, imports, the store) must not let its claim expire before its own heartbeat starts
+            with self.service.sessions.begin() as session:
+                for job_id, (_, owner) in self._running.items():
+                    renew_lease(session, job_id, owner=owner, lease_s=settings.lease_s)
         claimed = []
         while len(self._running) < settings.max_concurrent_jobs and not self._stop.is_set():
             job_id, attempt, owner = self._claim()
             if job_id is None:
                 break
-            self._running[job_id] = self._launch(job_id, attempt, owner)
+            self._running[job_id] = (self._launch(job_id, attempt, owner), owner)
             claimed.append(job_id)
         self.claimed.extend(claimed)
         self._maybe_purge()
         return claimed
 
     def _claim(self) -> tuple[str | None, int, str]:
-        from aml_ray.serve_app.worker import new_owner
+        from aml_ray.serve_app.worker import new_owner, too_many_attempts
+        from aml_ray.store.jobs import mark_failed
 
         settings = self.service.settings
         owner = new_owner(self.owner_prefix)
         with self.service.sessions.begin() as session:
             job = claim_job(session, owner=owner, lease_s=settings.lease_s)
+            while job is not None and job.attempts > settings.max_attempts:
+                mark_failed(job, too_many_attempts(job.attempts))
+                log.error("job %s: failed after %d claims", job.id, job.attempts)
+                job = claim_job(session, owner=owner, lease_s=settings.lease_s)
             if job is None:
                 return None, 0, owner
             if job.attempts > 1:
@@ -125,6 +137,21 @@ class JobDispatcher:
             return
         self._last_purge = time.monotonic()
         purge_now(self.service)
+
+
+def _log_end(job_id: str, ref) -> None:
+    """Log how a job actor ended: its own exit is the normal end; anything else (it died, it raised) is logged
+    as an error; the job itself is then resumed or failed through its lease."""
+    import ray
+    from ray.exceptions import ActorDiedError
+
+    try:
+        ray.get(ref, timeout=0)
+    except ActorDiedError as exc:
+        if "exit_actor() is called" not in str(exc):
+            log.error("job %s: its actor died: %s", job_id, str(exc).splitlines()[0])
+    except Exception as exc:
+        log.error("job %s: its actor failed: %s", job_id, exc)
 
 
 def purge_now(service) -> int:

@@ -54,6 +54,11 @@ def new_owner(prefix: str = "run") -> str:
     return f"{prefix[:40]}-{secrets.token_urlsafe(12)}"
 
 
+def too_many_attempts(attempts: int) -> str:
+    """The error summary of a job whose runner died at every claim."""
+    return f"interrupted {attempts - 1} times (its runner died each time); start a new job"
+
+
 class LeaseLost(RuntimeError):
     """Another runner holds the job now (this one's lease expired): stop without writing."""
 
@@ -110,11 +115,11 @@ class JobWorker:
                 owner = new_owner()
                 if claim_job(session, owner=owner, lease_s=settings.lease_s, job_id=job_id) is None:
                     return
-            elif not owns(session, job_id, owner):
-                return
+            elif not renew_lease(session, job_id, owner=owner, lease_s=settings.lease_s):  # renewed at once:
+                return  # the claim may be seconds old (actor start-up); a lost one is left to its new owner
             job = get_job(session, job_id)
             if job.attempts > settings.max_attempts:
-                mark_failed(job, f"interrupted {job.attempts - 1} times (its runner died each time); start a new job")
+                mark_failed(job, too_many_attempts(job.attempts))
                 return
         with _Heartbeat(sessions, job_id, owner, settings.lease_s) as beat:
             try:
