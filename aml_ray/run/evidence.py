@@ -281,19 +281,7 @@ class AddJournal:
             return _read_dir_files([self.final], ADD_SCHEMA).to_dicts()
         if not self.path.exists():
             return []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        rows = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i == len(lines) - 1:  # torn by a kill mid-write: not recorded
-                    break
-                raise EvidenceError(f"Add journal {self.path} is damaged at line {i + 1}; restore it or start "
-                                    "a new run directory, nothing was changed") from None
-        return rows
+        return read_journal(self.path, "Add journal ")
 
     def append(self, row: dict[str, Any]) -> None:
         """Record one finished Add (one flushed line)."""
@@ -437,6 +425,31 @@ class EvidenceError(Exception):
     """An evidence file is missing or damaged (never silently ignored)."""
 
 
+def read_journal(path: Path, what: str = "") -> list[dict[str, Any]]:
+    """The rows of a JSON-lines journal; a torn last line (a kill mid-write) is not a row.
+
+    Args:
+        path: the journal file.
+        what: how the error names the file (e.g. ``"Add journal "``), before its path.
+
+    Raises:
+        EvidenceError: a damaged line that is not the last one (nothing is changed).
+    """
+    lines = path.read_text(encoding="utf-8").split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:  # torn by a kill mid-write: not recorded
+                break
+            raise EvidenceError(f"{what}{path} is damaged at line {i + 1}; restore it or start a new run "
+                                "directory, nothing was changed") from None
+    return rows
+
+
 def _read_dir(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = None) -> pl.DataFrame:
     return _read_dir_files(sorted(folder.glob("*.parquet")), schema, columns)
 
@@ -553,19 +566,7 @@ class StopLog:
         schema = self.FILES[stage][1]
         if not path.exists():
             return schema.empty_table()
-        lines = path.read_text(encoding="utf-8").split("\n")
-        rows = []
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if i == len(lines) - 1:  # torn by a kill mid-write: not recorded
-                    break
-                raise EvidenceError(f"{path} is damaged at line {i + 1}; restore it or start a new run "
-                                    "directory, nothing was changed") from None
-        return to_table(rows, schema)
+        return to_table(read_journal(path), schema)
 
 
 def _drop_torn_line(path: Path) -> None:
