@@ -23,9 +23,11 @@ import os
 import re
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
+
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from cryptography.fernet import Fernet, MultiFernet
 from pydantic import SecretStr
@@ -361,6 +363,64 @@ def validate_endpoint_url(url: str, *, allow_loopback: bool = False,
                                         "publicly reachable")
     return PinnedEndpoint(url=url.strip(), scheme=scheme, host=host, port=port,
                           addresses=tuple(addresses), address=addresses[0])
+
+
+def pin_map(endpoints: Sequence[PinnedEndpoint]) -> dict[str, tuple[str, ...]]:
+    """``{host name: its checked addresses}`` of validated endpoints, for :class:`PinnedResolver`.
+
+    IP-literal hosts are left out (nothing to resolve). Two endpoints on one host name must have been
+    checked to the same addresses; the first endpoint's are kept (they were all checked).
+    """
+    pins: dict[str, tuple[str, ...]] = {}
+    for endpoint in endpoints:
+        try:
+            ipaddress.ip_address(endpoint.host)
+        except ValueError:
+            pins.setdefault(endpoint.host.lower().rstrip("."), endpoint.addresses)
+    return pins
+
+
+class PinnedResolver(AbstractResolver):
+    """An aiohttp resolver that answers only from the addresses checked at validation (DNS pinning).
+
+    :func:`validate_endpoint_url` resolves a participant's host once and checks every address; a client
+    that resolved the name again at connect time could be sent elsewhere (DNS rebinding: a short TTL
+    and a second answer pointing at 127.0.0.1 or a private address). Given to ``aiohttp.TCPConnector``
+    (``resolver=``), this resolver returns the pinned addresses, so the socket goes to a checked
+    address while the URL, the ``Host`` header, TLS SNI and certificate checks keep the original name.
+    No lookup is ever made: a host that was not validated is refused. Source: the seed's "Data, security
+    & privacy" (the platform connects to the address it checked) and issue 28, item 9.
+
+    Args:
+        pins: ``{host name: checked addresses}`` (:func:`pin_map`); names compare case-insensitively.
+
+    Raises:
+        OSError: from :meth:`resolve`, for a host that has no pin or no pinned address of the asked
+            family (aiohttp reports it as a connection error naming the host).
+    """
+
+    def __init__(self, pins: Mapping[str, Sequence[str]]):
+        self._pins = {host.lower().rstrip("."): tuple(addrs) for host, addrs in pins.items()}
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        """The pinned addresses of ``host`` (of ``family``; ``AF_UNSPEC`` takes both), in checked order."""
+        addresses = self._pins.get(host.lower().rstrip("."))
+        if addresses is None:
+            raise OSError(f"host {host!r} was not validated: no pinned address (the platform connects only "
+                          "to addresses it checked)")
+        out: list[ResolveResult] = []
+        for raw in addresses:
+            fam = socket.AF_INET6 if ipaddress.ip_address(raw).version == 6 else socket.AF_INET
+            if family in (socket.AF_UNSPEC, fam):
+                out.append(ResolveResult(hostname=host, host=raw, port=port, family=fam, proto=0,
+                                         flags=socket.AI_NUMERICHOST))
+        if not out:
+            raise OSError(f"host {host!r} has no pinned address of family {family!r}")
+        return out
+
+    async def close(self) -> None:
+        """Nothing to release (no lookups are made)."""
 
 
 def check_health(endpoint: PinnedEndpoint, *, timeout_s: float = 10.0) -> tuple[bool, str]:

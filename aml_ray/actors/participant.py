@@ -41,6 +41,7 @@ from aml_ray.contract import (
     validate_add_response,
 )
 from aml_ray.run.evidence import search_columns
+from aml_ray.security import PinnedResolver
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
 from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
@@ -71,6 +72,10 @@ class ParticipantSpec(BaseModel):
             between 1 and ``max_in_flight`` (:class:`aml_ray.actors.adaptive.AdaptiveLimit`, issue 29), so a
             participant that serves one request at a time is not sent 64 to queue; False: always
             ``max_in_flight`` once there is work for them.
+        pinned_addresses: ``{host name: addresses checked at validation}``
+            (:func:`aml_ray.security.pin_map`): the client connects only to these, never resolving a
+            name again (DNS pinning, :class:`aml_ray.security.PinnedResolver`); None (a local run of an
+            operator's own URLs) resolves names with aiohttp's default resolver.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -87,6 +92,7 @@ class ParticipantSpec(BaseModel):
     retry: RetryPolicy = RetryPolicy()
     media: MediaLimits | None = None
     adaptive_concurrency: bool = True
+    pinned_addresses: dict[str, tuple[str, ...]] | None = None
 
     @field_validator("add_url", "search_url", "health_url", "add_status_url")
     @classmethod
@@ -198,7 +204,8 @@ class ParticipantClient:
         if self._client is None:
             n = self.spec.max_in_flight
             self._client = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=n, limit_per_host=n),
+                connector=aiohttp.TCPConnector(limit=n, limit_per_host=n, resolver=PinnedResolver(
+                    self.spec.pinned_addresses) if self.spec.pinned_addresses is not None else None),
                 timeout=aiohttp.ClientTimeout(total=self.spec.timeout_s),
                 headers={"Content-Type": "application/json", **self.spec.auth_headers()},
             )

@@ -9,10 +9,11 @@ previous runner died: node lost, process killed) is a resumption: a bundle whose
 evidence (``resume``: same run_id, finished Adds and questions skipped), so the job ends with the result an
 uninterrupted run would have had.
 
-For each job the runner re-validates the version's endpoints (DNS may have changed since submission),
-decrypts the Memory System Key into the in-memory ``ParticipantSpec`` only, stores the result and, for a
-full job, opens its review with the publication gate. Error summaries are redacted: the decrypted
-secret is replaced wherever it could appear. A runner that lost its lease writes nothing more.
+For each job the runner re-validates the version's endpoints (DNS may have changed since submission) and
+pins the checked addresses into the spec (the participant client connects only to them, never resolving
+a name again: :class:`aml_ray.security.PinnedResolver`), decrypts the Memory System Key into the
+in-memory ``ParticipantSpec`` only, stores the result and, for a full job, opens its review with the
+publication gate. Error summaries are redacted: the decrypted secret is replaced wherever it could appear. A runner that lost its lease writes nothing more.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from aml_ray.actors.participant import ParticipantSpec
-from aml_ray.security import EndpointRejected, validate_endpoint_url
+from aml_ray.security import EndpointRejected, pin_map, validate_endpoint_url
 from aml_ray.serve_app.gate import publication_gate, release_baseline, run_facts, suite_facts
 from aml_ray.serve_app.tracks import JobBundle, MissingBundles, NoSuite, job_bundles, track_suite
 from aml_ray.store.jobs import get_job, mark_completed, mark_failed, mark_running, record_progress
@@ -245,14 +246,14 @@ class JobWorker:
 
     def _participant(self, session, version: Version) -> tuple[ParticipantSpec, SecretStr | None]:
         allow = self.service.settings.allow_loopback
-        for url in (version.add_url, version.search_url, version.health_url):
-            if url:
-                validate_endpoint_url(url, allow_loopback=allow)
+        # resolved once here and pinned: the client connects to these addresses, never re-resolving (item 9)
+        checked = [validate_endpoint_url(url.replace("{task_id}", "task"), allow_loopback=allow)
+                   for url in (version.add_url, version.search_url, version.health_url, version.add_status_url) if url]
         secret = load_secret(session, self.service.box, version.credential_id) if version.credential_id else None
         spec = ParticipantSpec(add_url=version.add_url, search_url=version.search_url, health_url=version.health_url,
                                add_status_url=version.add_status_url, auth=version.auth_scheme, secret=secret,
                                max_in_flight=version.max_in_flight, requests_per_s=version.requests_per_s,
-                               timeout_s=version.timeout_s)
+                               timeout_s=version.timeout_s, pinned_addresses=pin_map(checked))
         return spec, secret
 
 
