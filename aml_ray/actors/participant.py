@@ -759,12 +759,14 @@ class _BatchReply:
         self.batch.finished.cancel()
 
 
-def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
+def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, namespace: str | None = None):
     """Start the ``ParticipantClient`` Ray actor for one participant version.
 
     Args:
         spec: the version's spec (its secret travels to the actor only).
-        name: optional detached-free actor name, so several jobs of one version share it.
+        name: optional actor name (the client registry names the clients it shares,
+            :mod:`aml_ray.actors.shared`).
+        namespace: the Ray namespace of ``name`` (default: the caller's).
 
     Returns:
         The actor handle; call ``add_sample.remote`` / ``search_batch.remote`` / ``aclose.remote``.
@@ -778,5 +780,5 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None):
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000,
                                "scheduling_strategy": on_this_node()}
     if name:
-        options.update(name=name, get_if_exists=True)
+        options.update(name=name, namespace=namespace, get_if_exists=True)
     return ray.remote(ParticipantClient).options(**options).remote(spec, undo_niceness=True)
