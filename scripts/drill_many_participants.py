@@ -103,16 +103,16 @@ def _run_job(plan: JobPlan, base_url: str, answer, judge, out: Path, record: dic
 
 
 def _model_waiting() -> dict[str, int]:
-    """``{job key: requests waiting}`` summed over this driver's shared ModelClient actors."""
+    """``{job key: requests waiting}`` summed over the cluster's shared ModelClient actors."""
     import ray
 
-    from aml_ray.actors.shared import live_leases
+    from aml_ray.actors.shared import NAMESPACE, live_leases
 
     total: dict[str, int] = {}
     for name in live_leases():
         if name.startswith("aml-model-"):
             try:
-                load = ray.get(ray.get_actor(name).load.remote(), timeout=10)
+                load = ray.get(ray.get_actor(name, namespace=NAMESPACE).load.remote(), timeout=10)
             except Exception:  # noqa: BLE001 - the actor was just released: nothing waits there
                 continue
             for job, n in load["waiting"].items():
@@ -180,8 +180,9 @@ def run_scenario(big: JobPlan, small: JobPlan, *, model_latency_ms: float = 40.0
         while any(t.is_alive() for t in threads.values()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"jobs still running after {timeout_s} s")
-            for name, jobs in live_leases().items():  # which jobs hold each shared actor
-                shared.setdefault(name, set()).update(jobs)
+            for name, jobs in live_leases().items():  # which of this drill's jobs hold each shared actor
+                if set(jobs) & set(key.values()):
+                    shared.setdefault(name, set()).update(jobs)
             time.sleep(0.1)
         stats = {big.name: p_big.stats(), small.name: p_small.stats()}
         model_stats = model.stats()
@@ -199,7 +200,7 @@ def run_scenario(big: JobPlan, small: JobPlan, *, model_latency_ms: float = 40.0
                   "calls": model_stats["calls"], "released_at": released_at,
                   "waiting_at_release": {name: waiting_at_release.get(k, 0) for name, k in key.items()}},
         "shared": {name: sorted(jobs) for name, jobs in shared.items()},
-        "leases_after": live_leases(),
+        "leases_after": {n: j for n, j in live_leases().items() if set(j) & set(key.values())},  # this drill's jobs
     }
 
 

@@ -1,8 +1,8 @@
 """ModelClient: the one owner of traffic to an OpenAI-compatible model endpoint (answer or judge).
 
-A plain class (tested directly) that runs as a Ray actor, one per model endpoint identity in the
-driver (:func:`aml_ray.actors.shared.acquire_model_client`), so that endpoint's limits hold across
-stages and across every job the driver runs at once. Every call carries its job key (the run id);
+A plain class (tested directly) that runs as a Ray actor, one per model endpoint identity on the
+cluster (:func:`aml_ray.actors.shared.acquire_model_client`), so that endpoint's limits hold across
+stages and across every job running at once, in any process. Every call carries its job key (the run id);
 admission to the endpoint's in-flight slots is round-robin across jobs with waiting requests
 (:class:`aml_ray.actors.fair.FairSlots`), so a job with 10,000 questions queued cannot starve one with
 100.
@@ -252,11 +252,12 @@ class ActorModel:
         return await self.handle.complete_batch.remote(batch, job=self.job, **kw)
 
 
-def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
-    """Start the ``ModelClient`` Ray actor for one endpoint (shared by name when given).
+def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None, namespace: str | None = None):
+    """Start the ``ModelClient`` Ray actor for one endpoint (named ``name`` in ``namespace`` when given).
 
-    Pipelines get theirs through :func:`aml_ray.actors.shared.acquire_model_client`, which shares one
-    per endpoint identity among the driver's jobs and closes it when the last job is done.
+    Pipelines get theirs through :func:`aml_ray.actors.shared.acquire_model_client`: the cluster's client
+    registry starts one per endpoint identity, shared by every job on the cluster, and closes it when the
+    last job is done.
     """
     import ray
 
@@ -266,5 +267,5 @@ def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None):
     options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 3, "max_concurrency": 10_000,
                                "scheduling_strategy": on_this_node()}
     if name:
-        options.update(name=name, get_if_exists=True)
+        options.update(name=name, namespace=namespace, get_if_exists=True)
     return ray.remote(ModelClient).options(**options).remote(endpoint, undo_niceness=True)

@@ -1,54 +1,62 @@
-"""Client actors shared by every job a driver runs at once (issue 7, item 4: many participants at once).
+"""Client actors shared by every job on the cluster (issue 7, item 4; issue 28: one process per job).
 
-A participant version's declared capacity and a model endpoint's declared limits belong to the version
-and to the endpoint, not to one job. So a driver running several jobs at once (the service's
-:class:`aml_ray.serve_app.worker.JobWorker`, or threads calling :func:`aml_ray.run.evaluation.evaluate`)
-gives them **one** :class:`~aml_ray.actors.participant.ParticipantClient` per participant version and
-**one** :class:`~aml_ray.actors.model.ModelClient` per model endpoint identity:
+A participant version's declared capacity and a model endpoint's declared limits (in-flight slots, RPM,
+TPM) belong to the version and to the endpoint, not to one job nor to one process. The service runs each
+job in its own detached Ray actor (:mod:`aml_ray.serve_app.job_actor`), so jobs running at once are
+separate processes; they must still go through **one**
+:class:`~aml_ray.actors.participant.ParticipantClient` per participant version and **one**
+:class:`~aml_ray.actors.model.ModelClient` per model endpoint identity on the whole cluster, whose slots
+go round-robin across jobs (:mod:`aml_ray.actors.fair`).
 
+- registry: one detached, named :class:`ClientRegistry` actor (:data:`REGISTRY_NAME` in
+  :data:`NAMESPACE`, found or started with ``get_if_exists=True``, on the head node) starts the client
+  actors, counts who holds them and closes them. Every process asks it, so two job actors get the same
+  client; the registry serialises acquire and release, so a client is never handed out while it closes.
 - identity: a hash of the configuration's non-secret fields (:func:`participant_version_key`,
   :func:`model_endpoint_key`); the secret never enters a name, a key or a log. Two configurations with
   the same non-secret fields but a different secret (another account, a rotated key) get separate
-  actors: the registry compares the full configuration by value in memory, then picks or starts one.
-- name: ``aml-<kind>-<identity>-<process token>-<generation>``, started with ``get_if_exists=True``
-  (:func:`aml_ray.actors.model.spawn_model_client`, :func:`aml_ray.actors.participant.spawn_participant_client`),
-  so ``ray list actors`` shows which endpoint an actor serves.
-- lifetime: jobs take a :class:`Lease` when they start and release it when they end (in ``finally``);
-  the last lease out closes the actor's HTTP pool and kills it. A later job starts a fresh one under a
-  new generation number, so a name is never reused while Ray may still be retiring the old actor
-  (``get_if_exists`` would otherwise hand out the dying one).
-
-Why the count lives in the driver, not on the cluster: Ray scopes named actors to a namespace and a
-driver gets a fresh anonymous one unless ``ray.init(namespace=...)`` says otherwise; a non-detached
-actor also dies with the process that created it. Every set of jobs that must share limits here runs in
-one driver (the service, or one program's threads), so a lock and a dict in that process are a
-complete, crash-safe count: if the driver dies, its actors die with it and nothing leaks. Sharing
-across drivers would need detached actors with leases that outlive a crashed driver, which nobody
-would clean up; the process token in the name keeps two drivers that do share a namespace from
-adopting (and later killing) each other's actors.
+  actors: the registry compares the full configuration by value in its memory.
+- name: ``aml-<kind>-<identity>-<registry token>-<generation>`` in :data:`NAMESPACE`, so
+  ``ray list actors`` shows which endpoint an actor serves; a closed actor's name is never reused.
+- lifetime: a job takes a :class:`Lease` when it starts and releases it when it ends (in ``finally``);
+  the last lease out closes the actor's HTTP pool and kills it. A lease lasts ``lease_s`` seconds
+  (default :data:`LEASE_S`) and a thread of the holding process renews it every third of that: a job
+  actor that dies (node lost, process killed) stops renewing, its leases expire, and the client is
+  closed once no live lease holds it. The clients are owned by the registry (they die with it: a lost
+  registry loses its clients, whose jobs then fail and are resumed by the queue); the registry itself
+  exits after :data:`REGISTRY_IDLE_S` seconds with no client, and the next acquire starts a new one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
+import logging
 import re
 import secrets
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint
 
-_lock = threading.Lock()
-_entries: dict[tuple[str, str], list[_Entry]] = {}  # (kind, identity) -> live actors of that identity
-_generation = itertools.count(1)
-#: Distinguishes this process's actors from those of another driver in the same namespace.
-PROCESS_TOKEN = secrets.token_hex(4)
+log = logging.getLogger("aml_ray.actors.shared")
+
+#: Ray namespace of the registry and of the client actors (the job actors' too).
+NAMESPACE = "aml"
+#: Name of the cluster's registry actor.
+REGISTRY_NAME = "aml-client-registry"
+#: Seconds a lease lasts without renewal; the holder's process renews it every third of this.
+LEASE_S = 60.0
+#: Seconds the registry waits with no client before it exits.
+REGISTRY_IDLE_S = 300.0
+#: Seconds between the registry's checks for expired leases.
+SWEEP_S = 0.5
 
 
 def _digest(fields: dict[str, Any]) -> str:
@@ -80,10 +88,24 @@ def model_endpoint_key(endpoint: ModelEndpoint) -> str:
 def participant_version_key(spec: ParticipantSpec) -> str:
     """The identity of a participant version: 16 hex digits of sha256 over the spec without its secret.
 
-    Everything else of the spec is in it (endpoints, auth scheme, declared capacity, timeout, retry
-    policy, media limits): a job whose client would behave differently gets its own client.
+    Everything else of the spec is in it (endpoints, pinned addresses, auth scheme, declared capacity,
+    timeout, retry policy, media limits): a job whose client would behave differently gets its own client.
     """
     return _digest(spec.model_dump(mode="json", exclude={"secret"}))
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
+
+
+def _spawn(kind: str, config: Any, name: str):
+    if kind == "model":
+        from aml_ray.actors.model import spawn_model_client
+
+        return spawn_model_client(config, name=name, namespace=NAMESPACE)
+    from aml_ray.actors.participant import spawn_participant_client
+
+    return spawn_participant_client(config, name=name, namespace=NAMESPACE)
 
 
 @dataclass
@@ -91,8 +113,145 @@ class _Entry:
     name: str
     config: Any  # the full spec or endpoint, secret included: compared by value, never printed
     handle: Any
-    ray_job: str  # the Ray job (driver session) the actor belongs to; a new ray.init starts over
-    jobs: Counter[str] = field(default_factory=Counter)
+    leases: dict[str, str] = field(default_factory=dict)  # lease id -> job
+
+
+@dataclass
+class _Held:
+    key: tuple[str, str]
+    name: str
+    lease_s: float
+    expires: float
+
+
+class ClientRegistry:
+    """The cluster's client actors and their leases (runs as the detached actor :data:`REGISTRY_NAME`).
+
+    An asyncio actor: its methods interleave only at ``await``, and acquire and release change the table
+    before their first ``await``, so a closing client is never handed out.
+    """
+
+    def __init__(self) -> None:
+        self.token = secrets.token_hex(4)  # a restarted registry never reuses a name
+        self._generation = itertools.count(1)
+        self._entries: dict[tuple[str, str], list[_Entry]] = {}  # (kind, identity) -> live clients
+        self._leases: dict[str, _Held] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._idle_since = time.monotonic()
+
+    async def acquire(self, kind: str, identity: str, config: Any, job: str, lease_id: str,
+                      lease_s: float) -> tuple[str, Any]:
+        """Lease the client of ``(kind, identity)`` whose configuration equals ``config`` (started if none).
+
+        Returns:
+            ``(actor name, actor handle)``.
+        """
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        key = (kind, identity)
+        entries = self._entries.setdefault(key, [])
+        entry = next((e for e in entries if e.config == config), None)
+        if entry is None:
+            name = f"aml-{kind}-{_safe(identity)}-{self.token}-{next(self._generation)}"
+            entry = _Entry(name=name, config=config, handle=_spawn(kind, config, name))
+            entries.append(entry)
+        entry.leases[lease_id] = job
+        self._leases[lease_id] = _Held(key, entry.name, lease_s, time.monotonic() + lease_s)
+        return entry.name, entry.handle
+
+    def renew(self, lease_ids: list[str]) -> list[str]:
+        """Extend the given leases by their ``lease_s``; returns the ids it does not hold (expired, released)."""
+        now, unknown = time.monotonic(), []
+        for lease_id in lease_ids:
+            held = self._leases.get(lease_id)
+            if held is None:
+                unknown.append(lease_id)
+            else:
+                held.expires = now + held.lease_s
+        return unknown
+
+    async def release(self, lease_id: str, close_timeout_s: float = 10.0) -> bool:
+        """End a lease; the last one out closes its client's HTTP pool and kills it. True when it closed one."""
+        held = self._leases.pop(lease_id, None)
+        if held is None:
+            return False
+        entries = self._entries.get(held.key, [])
+        entry = next((e for e in entries if e.name == held.name), None)
+        if entry is None:
+            return False
+        entry.leases.pop(lease_id, None)
+        if entry.leases:
+            return False
+        entries.remove(entry)
+        if not entries:
+            del self._entries[held.key]
+            if not self._entries:
+                self._idle_since = time.monotonic()
+        await _close(entry.handle, close_timeout_s)
+        return True
+
+    def live(self) -> dict[str, dict[str, int]]:
+        """``{actor name: {job: leases}}`` of every live client."""
+        return {e.name: dict(Counter(e.leases.values())) for entries in self._entries.values() for e in entries}
+
+    async def _sweep(self) -> None:
+        import ray
+
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            now = time.monotonic()
+            for lease_id in [i for i, h in self._leases.items() if h.expires < now]:
+                held = self._leases[lease_id]
+                job = next((e.leases.get(lease_id) for e in self._entries.get(held.key, []) if e.name == held.name), "?")
+                log.warning("lease of job %s on %s expired (its process stopped renewing it)", job, held.name)
+                await self.release(lease_id)
+            if not self._entries and now - self._idle_since > REGISTRY_IDLE_S:
+                ray.kill(ray.get_runtime_context().current_actor)  # no client for a while: the next acquire restarts one
+
+
+async def _close(handle, timeout_s: float) -> None:
+    import ray
+
+    try:
+        await asyncio.wait_for(handle.aclose.remote(), timeout_s)
+    except Exception:  # noqa: BLE001 - closing is best effort; the kill below ends the actor anyway
+        pass
+    try:
+        ray.kill(handle)
+    except Exception:  # noqa: BLE001 - already dead
+        pass
+
+
+def registry():
+    """The cluster's :class:`ClientRegistry` actor handle, started (detached, on the head node) if none runs."""
+    import ray
+
+    return ray.remote(ClientRegistry).options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
+        max_restarts=-1, max_concurrency=1000, resources={"node:__internal_head__": 0.001},
+        scheduling_strategy="DEFAULT").remote()
+
+
+def _call(method: str, *args, timeout_s: float = 60.0, tries: int = 5):
+    """``ray.get(registry().<method>.remote(*args))``, retried when the registry actor is gone (it exited idle
+    or died): the next call starts a new one."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    for attempt in range(tries):
+        try:
+            return ray.get(getattr(registry(), method).remote(*args), timeout=timeout_s)
+        except RayActorError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
+# ------------------------------------------------------------------------------------- the holding process
+_lock = threading.Lock()
+_held: dict[str, Lease] = {}  # lease id -> this process's live leases (renewed by _renewer)
+_wake = threading.Event()
+_renewer: threading.Thread | None = None
 
 
 @dataclass
@@ -103,18 +262,21 @@ class Lease:
         name: the actor's Ray name (no secret in it).
         handle: the actor handle to pass to the stages.
         job: the job key the lease was taken for.
+        lease_id: the registry's id of this lease (random).
+        lease_s: seconds the lease lasts without renewal (renewed by this process every third of it).
     """
 
     name: str
     handle: Any
     job: str
-    _kind_key: tuple[str, str]
+    lease_id: str
+    lease_s: float = LEASE_S
     _released: bool = False
 
     def release(self, *, close_timeout_s: float = 10.0) -> bool:
-        """Give the lease back; the last one out closes the actor's HTTP pool and kills the actor.
+        """Give the lease back; the last one out (on the cluster) closes the actor's HTTP pool and kills it.
 
-        Releasing twice is a no-op. Never raises for a dead actor (closing is best effort).
+        Releasing twice is a no-op. Never raises (a lost registry or a dead actor: closing is best effort).
 
         Returns:
             True when this release closed and killed the actor.
@@ -123,62 +285,61 @@ class Lease:
             return False
         self._released = True
         with _lock:
-            entries = _entries.get(self._kind_key, [])
-            entry = next((e for e in entries if e.name == self.name), None)
-            if entry is None:
-                return False
-            entry.jobs[self.job] -= 1
-            if entry.jobs[self.job] <= 0:
-                del entry.jobs[self.job]
-            if entry.jobs:
-                return False
-            entries.remove(entry)
-            if not entries:
-                del _entries[self._kind_key]
-        _close(entry.handle, close_timeout_s)
-        return True
+            _held.pop(self.lease_id, None)
+        try:
+            return bool(_call("release", self.lease_id, close_timeout_s, timeout_s=close_timeout_s + 30))
+        except Exception as exc:  # noqa: BLE001 - the lease then expires in the registry
+            log.warning("lease %s on %s not released (%s); it expires", self.lease_id, self.name, type(exc).__name__)
+            return False
 
 
-def _close(handle, timeout_s: float) -> None:
-    import ray
+def _renew_loop() -> None:
+    global _renewer
+    while True:
+        with _lock:
+            if not _held:
+                _renewer = None
+                return
+            interval = min(lease.lease_s for lease in _held.values()) / 3
+        _wake.wait(interval)
+        _wake.clear()
+        with _lock:
+            ids = list(_held)
+        if not ids:
+            continue
+        try:
+            lost = _call("renew", ids, timeout_s=max(interval, 5.0), tries=2)
+        except Exception as exc:  # noqa: BLE001 - Ray shut down, registry restarting: try again next turn
+            log.warning("lease renewal failed: %s", type(exc).__name__)
+            continue
+        for lease_id in lost:
+            with _lock:
+                lease = _held.pop(lease_id, None)
+            if lease is not None:
+                log.warning("lease of job %s on %s had expired (not renewed in time)", lease.job, lease.name)
 
-    try:
-        ray.get(handle.aclose.remote(), timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - closing is best effort; the kill below ends the actor anyway
-        pass
-    try:
-        ray.kill(handle)
-    except Exception:  # noqa: BLE001 - already dead
-        pass
 
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
-
-
-def _acquire(kind: str, identity: str, config: Any, job: str, spawn: Callable[..., Any]) -> Lease:
-    import ray
-
-    ray_job = ray.get_runtime_context().get_job_id()
-    key = (kind, identity)
+def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float) -> Lease:
+    global _renewer
+    lease_id = secrets.token_hex(8)
+    name, handle = _call("acquire", kind, identity, config, job, lease_id, lease_s)
+    lease = Lease(name=name, handle=handle, job=job, lease_id=lease_id, lease_s=lease_s)
     with _lock:
-        entries = [e for e in _entries.get(key, []) if e.ray_job == ray_job]  # drop a previous Ray session's
-        entry = next((e for e in entries if e.config == config), None)
-        if entry is None:
-            name = f"aml-{kind}-{_safe(identity)}-{PROCESS_TOKEN}-{next(_generation)}"
-            entry = _Entry(name=name, config=config, handle=spawn(config, name=name), ray_job=ray_job)
-            entries.append(entry)
-        _entries[key] = entries
-        entry.jobs[job] += 1
-        return Lease(name=entry.name, handle=entry.handle, job=job, _kind_key=key)
+        _held[lease_id] = lease
+        if _renewer is None:
+            _renewer = threading.Thread(target=_renew_loop, name="aml-lease-renewer", daemon=True)
+            _renewer.start()
+    _wake.set()  # a shorter lease may need an earlier renewal
+    return lease
 
 
-def acquire_model_client(endpoint: ModelEndpoint, job: str) -> Lease:
-    """The driver's shared ``ModelClient`` actor for ``endpoint``, leased to ``job``.
+def acquire_model_client(endpoint: ModelEndpoint, job: str, *, lease_s: float = LEASE_S) -> Lease:
+    """The cluster's shared ``ModelClient`` actor for ``endpoint``, leased to ``job``.
 
     Args:
-        endpoint: an online endpoint (its key travels to the actor only).
+        endpoint: an online endpoint (its key travels to the registry and the actor only).
         job: the job's key (its run id).
+        lease_s: seconds the lease lasts unless this process renews it (it does while it lives).
 
     Returns:
         A :class:`Lease`; wrap its handle as ``JobModel(lease.handle, job)`` for the stages.
@@ -186,34 +347,30 @@ def acquire_model_client(endpoint: ModelEndpoint, job: str) -> Lease:
     Raises:
         ValueError: from the actor's constructor (surfaced on the first call) for an offline endpoint.
     """
-    from aml_ray.actors.model import spawn_model_client
-
-    return _acquire("model", model_endpoint_key(endpoint), endpoint, job,
-                    lambda cfg, name: spawn_model_client(cfg, name=name))
+    return _acquire("model", model_endpoint_key(endpoint), endpoint, job, lease_s)
 
 
-def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: str | None = None) -> Lease:
-    """The driver's shared ``ParticipantClient`` actor for a participant version, leased to ``job``.
+def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: str | None = None,
+                               lease_s: float = LEASE_S) -> Lease:
+    """The cluster's shared ``ParticipantClient`` actor for a participant version, leased to ``job``.
 
     Jobs of the same version share its declared capacity (max in-flight, requests/s); different
-    versions each get their own client and their own limits.
+    versions each get their own client and their own limits. (The service admits one active job per
+    version; a job resumed while its previous actor still ran would share the client with it.)
 
     Args:
-        spec: the version's spec (its secret travels to the actor only).
+        spec: the version's spec (its secret travels to the registry and the actor only).
         job: the job's key (its run id).
         version_key: a non-secret key naming the version (e.g. ``"version-<id>"``); default
             :func:`participant_version_key`. Jobs with the same key *and* an equal spec share a client.
+        lease_s: as :func:`acquire_model_client`.
 
     Returns:
         A :class:`Lease` whose handle the stages call.
     """
-    from aml_ray.actors.participant import spawn_participant_client
-
-    return _acquire("participant", version_key or participant_version_key(spec), spec, job,
-                    lambda cfg, name: spawn_participant_client(cfg, name=name))
+    return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s)
 
 
 def live_leases() -> dict[str, dict[str, int]]:
-    """``{actor name: {job: leases}}`` of this driver's shared actors (tests and drills)."""
-    with _lock:
-        return {e.name: dict(e.jobs) for entries in _entries.values() for e in entries}
+    """``{actor name: {job: leases}}`` of the cluster's shared client actors (tests and drills)."""
+    return _call("live")
