@@ -80,7 +80,8 @@ class TreeCpu:
             for p in procs:
                 try:
                     t = p.cpu_times()
-                    name = p.name() if p.pid not in self.seen else self.seen[p.pid][0]
+                    known = self.seen.get(p.pid, ("", 0.0))[0]
+                    name = known if known and known != "ray::IDLE" else _process_label(p)  # IDLE until an actor
                     self.seen[p.pid] = (name, t.user + t.system)
                 except psutil.Error:
                     pass
@@ -97,6 +98,17 @@ class TreeCpu:
         for name, cpu in self.seen.values():
             out[name] = out.get(name, 0.0) + cpu
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _process_label(proc) -> str:
+    """A process's label: Ray's title for a worker (``ray::IngestFromFiles``, ``ray::IDLE``), else its name."""
+    import psutil
+
+    try:
+        first = (proc.cmdline() or [""])[0]
+    except psutil.Error:
+        first = ""
+    return first.split(" ")[0] if first.startswith("ray::") else proc.name()
 
 
 def run_command(base_url: str, samples: int, out: Path, concurrency: int, num_cpus: int) -> dict[str, Any]:
@@ -241,7 +253,7 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
             print(f"  timings in run.json              {r['timings']}")
             print(f"  aml-ray CPU: {r['cpu_s']:.2f} s in all = {r['cpu_ms_per_question']:.1f} ms/question; at full rate "
                   f"(first to last Search) {r['cpu_ms_per_question_full_rate']:.2f} ms/question")
-            top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["cpu_by_process"].items())[:6])
+            top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["cpu_by_process"].items())[:14])
             print(f"  CPU s by process (psutil)        {top}")
             print(f"  Search latency at the participant p50 {r['search_latency_ms']['p50']:.1f} / p95 "
                   f"{r['search_latency_ms']['p95']:.1f} ms; queue wait p50 {r['search_queue_ms']['p50']:.1f} / p95 "

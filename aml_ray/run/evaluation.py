@@ -12,6 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -276,86 +277,14 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     :func:`aml_ray.run.outcome.run_outcome`.
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
-    spec = get_dataset(cfg.dataset)
-    run_dir = RunDir(cfg.out_dir)
-    media = _media_limits(spec.track, cfg)  # refuses a text-only answer model for the multimodal track
-    previous: dict[str, Any] | None = None
-    if run_dir.run_json.exists():
-        if not cfg.resume:
-            raise FileExistsError(f"{run_dir.run_json} exists: choose a new --out directory (runs are never "
-                                  "overwritten) or continue it with --resume")
-        previous = json.loads(run_dir.run_json.read_text())
-        if previous.get("status") == "completed":
-            raise ValueError(f"run {previous['run_id']} in {run_dir.root} is already completed; nothing to resume")
-        cfg.run_id = previous["run_id"]
-    elif cfg.resume:
-        raise FileNotFoundError(f"--resume {run_dir.root}: no run.json there; pass a run directory made by "
-                                "'aml-ray run'")
-    data_file = spec.resolve(cfg.data_path, cache_dir(), cfg.allow_hash_mismatch)
-    samples = spec.load(data_file)
-    # the suite's count check (aml_ray.suite): refuses a pinned or unpinned bundle whose counts differ
-    bundle_info = verify_loaded_bundle(spec.name, cfg.data_path or data_file, samples,
-                                       allow_hash_mismatch=cfg.allow_hash_mismatch, suite=cfg.suite)
-    if cfg.limit_samples is not None:
-        if cfg.limit_samples < 1:
-            raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
-        samples = samples[: cfg.limit_samples]
-    done: set[str] = set()
-    if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
-        finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
-        done = set(finished["question_id"].to_list())
-        del finished
-    # one sample at a time into <run>/inputs/ (aml_ray.run.inputs): the driver keeps counts, not rows
-    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), out_dir=run_dir.inputs,
-                          stream_checkpoints=cfg.stream_checkpoints, done_questions=done,
-                          media_dir=run_dir.media if media else None)
-    answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
-    judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
-    prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
-               for role, p in (("answer", answer_prompt), ("judge", judge_prompt))}
-    info: dict[str, Any] = {
-        "run_id": cfg.run_id, "run_label": cfg.run_label, "status": "running",
-        "started_at": datetime.now(timezone.utc).isoformat(),
-        "dataset": {"name": spec.name, "track": spec.track, "file": str(data_file),
-                    "sha256": path_sha256(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
-                    "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
-                    "questions": inputs.n_questions, "scorable_questions": inputs.n_scorable,
-                    "excluded_questions": inputs.n_excluded,
-                    "questions_by_category": dict(sorted(inputs.by_category.items()))},
-        "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
-        # a retrieval-only run calls no model: none is recorded, and its table has no accuracy
-        "models": {} if cfg.retrieval_only else {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
-        "offline_models": not cfg.retrieval_only and (cfg.answer.offline or cfg.judge.offline),
-        "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
-        "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
-        "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
-        **({"media": media.model_dump(mode="json")} if media else {}),
-        "package_version": aml_ray.__version__, "git_commit": _git_commit(),
-        "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
-    }
-    if previous is not None:
-        check_resumable(previous, info)
-        info["started_at"] = previous["started_at"]
-        info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
-        info["resumed_with_done_questions"] = len(done)
-    write_json_atomic(info, run_dir.run_json)
-    t_preflight = time.perf_counter()
-    try:  # before Ray starts and before any Add: a dead or mis-configured endpoint fails in seconds
-        info["preflight"] = preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k).describe()
-    except PreflightFailed as exc:
-        failure = exc.failure()
-        info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),
-                    wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
-        write_json_atomic(info, run_dir.run_json)
-        raise StageFailed(str(exc), failure=failure) from None
+    timings: dict[str, float] = {}
+    prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg), num_cpus=num_cpus, timings=timings,
+                                               command_t0=command_t0)
+    spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info = prepared
     if on_progress:
         model_total = 0 if cfg.retrieval_only else inputs.n_scorable
         on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
                                "answer": model_total, "judge": model_total})
-    timings: dict[str, float] = {"before_ray_s": round(time.time() - command_t0, 3)}
-    t_ray = time.perf_counter()
-    started_ray = init_ray(num_cpus=num_cpus)
-    timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)  # 0 when Ray was already running
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -430,6 +359,145 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         raise StageFailed(outcome.summary or "failed", failure={"kind": "isolation" if leaks else "outcome",
                                                                  "summary": outcome.summary})
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
+
+
+def _prepare(cfg: EvaluationConfig):
+    """What a run needs before its pipeline: the dataset checked and loaded, inputs, prompts, run.json, pre-flight.
+
+    Runs beside the Ray start (:func:`prepare_beside_ray`); raises what :func:`evaluate` documents for these
+    steps (a failed pre-flight as :class:`StageFailed`, run.json written with ``status="failed"`` first).
+
+    Returns:
+        ``(spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info)``.
+    """
+    spec = get_dataset(cfg.dataset)
+    run_dir = RunDir(cfg.out_dir)
+    media = _media_limits(spec.track, cfg)  # refuses a text-only answer model for the multimodal track
+    previous: dict[str, Any] | None = None
+    if run_dir.run_json.exists():
+        if not cfg.resume:
+            raise FileExistsError(f"{run_dir.run_json} exists: choose a new --out directory (runs are never "
+                                  "overwritten) or continue it with --resume")
+        previous = json.loads(run_dir.run_json.read_text())
+        if previous.get("status") == "completed":
+            raise ValueError(f"run {previous['run_id']} in {run_dir.root} is already completed; nothing to resume")
+        cfg.run_id = previous["run_id"]
+    elif cfg.resume:
+        raise FileNotFoundError(f"--resume {run_dir.root}: no run.json there; pass a run directory made by "
+                                "'aml-ray run'")
+    data_file = spec.resolve(cfg.data_path, cache_dir(), cfg.allow_hash_mismatch)
+    samples = spec.load(data_file)
+    # the suite's count check (aml_ray.suite): refuses a pinned or unpinned bundle whose counts differ
+    bundle_info = verify_loaded_bundle(spec.name, cfg.data_path or data_file, samples,
+                                       allow_hash_mismatch=cfg.allow_hash_mismatch, suite=cfg.suite)
+    if cfg.limit_samples is not None:
+        if cfg.limit_samples < 1:
+            raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
+        samples = samples[: cfg.limit_samples]
+    done: set[str] = set()
+    if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
+        finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
+        done = set(finished["question_id"].to_list())
+        del finished
+    # one sample at a time into <run>/inputs/ (aml_ray.run.inputs): the driver keeps counts, not rows
+    inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), out_dir=run_dir.inputs,
+                          stream_checkpoints=cfg.stream_checkpoints, done_questions=done,
+                          media_dir=run_dir.media if media else None)
+    answer_prompt = load_prompt(cfg.answer_prompt or spec.answer_prompt, cfg.answer_prompt_sha256)
+    judge_prompt = load_prompt(cfg.judge_prompt or spec.judge_prompt, cfg.judge_prompt_sha256)
+    prompts = {role: {"name": p.name, "sha256": p.sha256, "source": p.path}
+               for role, p in (("answer", answer_prompt), ("judge", judge_prompt))}
+    info: dict[str, Any] = {
+        "run_id": cfg.run_id, "run_label": cfg.run_label, "status": "running",
+        "started_at": datetime.now(timezone.utc).isoformat(),
+        "dataset": {"name": spec.name, "track": spec.track, "file": str(data_file),
+                    "sha256": path_sha256(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
+                    "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
+                    "questions": inputs.n_questions, "scorable_questions": inputs.n_scorable,
+                    "excluded_questions": inputs.n_excluded,
+                    "questions_by_category": dict(sorted(inputs.by_category.items()))},
+        "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
+        # a retrieval-only run calls no model: none is recorded, and its table has no accuracy
+        "models": {} if cfg.retrieval_only else {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
+        "offline_models": not cfg.retrieval_only and (cfg.answer.offline or cfg.judge.offline),
+        "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
+        "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
+        "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
+        **({"media": media.model_dump(mode="json")} if media else {}),
+        "package_version": aml_ray.__version__, "git_commit": _git_commit(),
+        "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
+    }
+    if previous is not None:
+        check_resumable(previous, info)
+        info["started_at"] = previous["started_at"]
+        info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
+        info["resumed_with_done_questions"] = len(done)
+    write_json_atomic(info, run_dir.run_json)
+    t_preflight = time.perf_counter()
+    try:  # beside the Ray start, before any Add: a dead or mis-configured endpoint fails in seconds
+        info["preflight"] = preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k).describe()
+    except PreflightFailed as exc:
+        failure = exc.failure()
+        info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),
+                    wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
+        write_json_atomic(info, run_dir.run_json)
+        raise StageFailed(str(exc), failure=failure) from None
+    return spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info
+
+
+def prepare_beside_ray(prepare: Callable[[], Any], *, num_cpus: int | None, timings: dict[str, float],
+                       command_t0: float) -> tuple[Any, bool]:
+    """Run ``prepare`` in a thread while Ray starts in this one (issue 29: cut the fixed cost).
+
+    A local Ray start is seconds of waiting on its processes (docs/ray-notes.md); the dataset check, the
+    inputs and the pre-flight need no Ray, so they run beside it instead of before it. Ray starts in the
+    calling thread (``ray.init`` installs signal handlers and was measured to lose its GCS connection
+    under load when started from another thread: docs/benchmarks.md).
+
+    A pre-flight that fails still fails the run, once Ray's start has returned (Ray is then shut down
+    again when this call started it).
+
+    Args:
+        prepare: the work beside the start; its return value is returned.
+        num_cpus: CPUs for a local Ray cluster (:func:`aml_ray.run.ray_runtime.init_ray`).
+        timings: filled with ``before_ray_s`` (process start to the Ray start, seconds), ``ray_start_s``
+            (0 when Ray was already running) and ``prepare_s`` (``prepare``'s own time, beside the start).
+        command_t0: the process's start (``time.time()``).
+
+    Returns:
+        ``(prepare's result, whether this call started Ray)``.
+
+    Raises:
+        whatever ``prepare`` raised, after the Ray start has returned; whatever ``init_ray`` raised.
+    """
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        t = time.perf_counter()
+        try:
+            outcome["value"] = prepare()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = exc
+        finally:
+            outcome["prepare_s"] = time.perf_counter() - t
+
+    thread = threading.Thread(target=work, name="aml-ray-prepare", daemon=True)
+    timings["before_ray_s"] = round(time.time() - command_t0, 3)
+    thread.start()
+    t_ray = time.perf_counter()
+    try:
+        started = init_ray(num_cpus=num_cpus)
+    finally:
+        timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
+        thread.join()
+    timings["prepare_s"] = round(outcome["prepare_s"], 3)
+    if "error" in outcome:
+        if started:
+            import ray
+
+            ray.shutdown()
+        raise outcome["error"]
+    return outcome["value"], started
 
 
 def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpoints: list[float] | None,

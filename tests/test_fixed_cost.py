@@ -1,0 +1,79 @@
+"""Issue 29, "cut the fixed cost": the dataset, inputs and pre-flight run beside the Ray start, not before it.
+
+No Ray is started here: ``init_ray`` and ``run_pipeline`` are replaced in :mod:`aml_ray.run.evaluation`
+(the pipeline's own behaviour is tested in tests/test_pipeline_e2e.py); the pre-flight is the real one
+against a dead endpoint in the second test.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+import aml_ray.run.evaluation as evaluation
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.config import model_endpoint_from_env
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.pipeline import StageFailed
+from aml_ray.run.preflight import PreflightReport
+
+OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+#: Only a guard against a hang: each side waits at most this long for the other (never reached when they overlap).
+GUARD_S = 10
+
+
+def config(tmp_path, locomo_file, url: str) -> EvaluationConfig:
+    spec = ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search")
+    return EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp_path / "run", data_path=locomo_file,
+                            limit_samples=1, **OFFLINE)
+
+
+def test_the_preflight_runs_while_ray_starts(tmp_path, locomo_file, monkeypatch):
+    """Each side waits for the other to have begun: sequential steps (pre-flight, then Ray) would not meet."""
+    ray_starting, preflight_running = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+
+    def fake_preflight(spec, *, run_id, dataset, top_k):
+        preflight_running.set()
+        seen["preflight saw Ray starting"] = ray_starting.wait(GUARD_S)
+        return PreflightReport(user_id=f"eval:{run_id}:{dataset}:preflight")
+
+    def fake_init_ray(*, num_cpus=None):
+        ray_starting.set()
+        seen["Ray start saw the pre-flight"] = preflight_running.wait(GUARD_S)
+        seen["Ray start on the calling thread"] = threading.current_thread() is threading.main_thread()
+        return False  # "Ray was already running": nothing to shut down
+
+    def stop_before_pipeline(inputs, **kw):
+        raise RuntimeError("stopped before the pipeline (test)")
+
+    monkeypatch.setattr(evaluation, "preflight", fake_preflight)
+    monkeypatch.setattr(evaluation, "init_ray", fake_init_ray)
+    monkeypatch.setattr(evaluation, "run_pipeline", stop_before_pipeline)
+    with pytest.raises(RuntimeError, match="stopped before the pipeline"):
+        evaluate(config(tmp_path, locomo_file, "http://127.0.0.1:9"))
+    assert seen == {"preflight saw Ray starting": True, "Ray start saw the pre-flight": True,
+                    "Ray start on the calling thread": True}
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "running" and info["dataset"]["samples"] == 1  # written by the prepare thread
+
+
+def test_a_failed_preflight_beside_the_ray_start_fails_the_run_and_stops_that_ray(tmp_path, locomo_file, monkeypatch):
+    """The thread's StageFailed reaches the caller; run.json says failed; a Ray this call started is shut down."""
+    import ray
+
+    calls: list[str] = []
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None: calls.append("init") or True)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(StageFailed, match="pre-flight add failed") as failed:
+        evaluate(config(tmp_path, locomo_file, url))
+    assert calls == ["init", "shutdown"]
+    assert failed.value.failure["stage"] == "preflight" and failed.value.failure["step"] == "add"
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "failed" and info["error"].startswith(f"pre-flight add failed at {url}/add")
