@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 
 from aml_ray.actors.participant import ParticipantClient
+from aml_ray.conformance.probe import RawHTTP
 from aml_ray.contract import SearchRequest
 from aml_ray.serve_app.worker import JobWorker
 from scripts.loopback_servers import search_reply
@@ -75,21 +76,24 @@ def test_the_participant_client_connects_to_the_validated_address_not_a_rebound_
             spec, _ = JobWorker(service)._participant(None, version)  # the job runner's validation
             validated = list(answers)
             client = ParticipantClient(spec)
+            raw = RawHTTP(10.0, 2, pins=spec.pinned_addresses)  # the conformance battery's raw requests
             try:
                 out = await client.search(SearchRequest(query="where?", user_id="eval:r:d:s", top_k=2), "q1")
+                probe = await raw.request("POST", spec.search_url, {"query": "q", "user_id": "eval:r:d:s", "top_k": 1})
             finally:
                 await client.aclose()
-            return {"out": out, "validated": validated, "port": port}
+                await raw.aclose()
+            return {"out": out, "probe": probe.status, "validated": validated, "port": port}
         finally:
             for runner in runners:
                 await runner.cleanup()
 
     got = asyncio.run(main())
-    assert got["out"]["status"] == "ok" and len(got["out"]["memories"]) == 2
+    assert got["out"]["status"] == "ok" and len(got["out"]["memories"]) == 2 and got["probe"] == 200
     assert got["validated"][0] == "127.0.0.1"
     assert answers == got["validated"]  # no lookup after validation: the name is never resolved again
-    # the request reached the checked address, with the original name in its Host header; none the rebound one
-    assert hits == {"127.0.0.1": [f"{HOST}:{got['port']}"], "127.0.0.2": []}
+    # both requests reached the checked address, with the original name in their Host header; none the rebound one
+    assert hits == {"127.0.0.1": [f"{HOST}:{got['port']}"] * 2, "127.0.0.2": []}
 
 
 def test_pinned_resolver_answers_from_the_pins_only():

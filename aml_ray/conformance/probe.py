@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -33,6 +34,7 @@ from aml_ray.actors.participant import ParticipantClient, ParticipantError, Part
 from aml_ray.conformance.retries import CountingRetryPolicy, RetryLog
 from aml_ray.contract import AddRequest, ContractError, Message, SearchRequest
 from aml_ray.retry import SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+from aml_ray.security import PinnedResolver
 
 
 @dataclass(frozen=True)
@@ -141,11 +143,16 @@ class RawHTTP:
         timeout_s: per-request timeout in seconds.
         max_connections: connection pool size (at least the largest burst).
         redact: a secret to replace by ``***`` in any body text kept.
+        pins: ``{host: checked addresses}`` (``ParticipantSpec.pinned_addresses``): connect only to these,
+            never resolving a name again (:class:`aml_ray.security.PinnedResolver`); None resolves names.
     """
 
-    def __init__(self, timeout_s: float, max_connections: int, redact: str | None = None):
+    def __init__(self, timeout_s: float, max_connections: int, redact: str | None = None,
+                 pins: dict[str, tuple[str, ...]] | None = None):
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(transport=AiohttpTransport(limits=limits),
+        session = None if pins is None else (lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            limit=max_connections, keepalive_timeout=limits.keepalive_expiry, resolver=PinnedResolver(pins))))
+        self._client = httpx.AsyncClient(transport=AiohttpTransport(limits=limits, client=session),
                                          timeout=httpx.Timeout(timeout_s), follow_redirects=False)
         self._redact = redact
 
@@ -209,7 +216,7 @@ class Probe:
         self.run = secrets.token_hex(4)
         self.client = ParticipantClient(self.spec)
         burst = max(options.overload_max, self.spec.max_in_flight)
-        self.raw = RawHTTP(self.spec.timeout_s, burst, redact=self.secret)
+        self.raw = RawHTTP(self.spec.timeout_s, burst, redact=self.secret, pins=self.spec.pinned_addresses)
 
     async def aclose(self) -> None:
         """Close both connection pools."""

@@ -209,7 +209,7 @@ def run_pipeline(
         job_key: this job's key (the run id; never a secret): its model calls take the shared endpoint's
             in-flight slots in turn with other jobs' (:mod:`aml_ray.actors.fair`). None: a fresh one.
         participant_key: the non-secret version key under which the participant's client is shared
-            with other jobs of this driver (:func:`aml_ray.actors.shared.acquire_participant_client`);
+            with other jobs on the cluster (:func:`aml_ray.actors.shared.acquire_participant_client`);
             None derives it from the spec's non-secret fields.
         report: filled with ``participant_concurrency``: the participant client's adaptive in-flight
             limit (:meth:`aml_ray.actors.participant.ParticipantClient.concurrency`: declared, min, max,
@@ -232,8 +232,8 @@ def run_pipeline(
     use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
     tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
-    # Shared with the other jobs this driver runs at once (aml_ray.actors.shared): one client per
-    # participant version and per model endpoint, so declared limits hold across jobs; leases are
+    # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
+    # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor.
     job = job_key or uuid.uuid4().hex
     leases = [acquire_participant_client(participant, job, version_key=participant_key)]
