@@ -20,3 +20,14 @@ def locomo_only_suite() -> str:
     path = Path(tempfile.mkdtemp(prefix="aml-suite-")) / "textual-locomo.json"
     path.write_text(json.dumps(suite))
     return str(path)
+
+
+@lru_cache(maxsize=None)
+def one_bundle_suite(track: str, bundle: str) -> str:
+    """Path of a copy of the shipped ``track`` suite (same name and version) holding only ``bundle``: a full
+    job then runs that one bundle, and the gate compares it with the same suite identity."""
+    suite = json.loads((SUITES_DIR / f"{track}.json").read_text())
+    suite["bundles"] = [b for b in suite["bundles"] if b["name"] == bundle]
+    path = Path(tempfile.mkdtemp(prefix="aml-suite-")) / f"{track}-{bundle}.json"
+    path.write_text(json.dumps(suite))
+    return str(path)

@@ -102,12 +102,30 @@ def release_baseline(settings: ServiceSettings, track: str, bundles) -> dict[str
 def _dataset_baseline(name: str, path: str | None, limit: int | None) -> dict[str, Any]:
     from pathlib import Path
 
-    from aml_ray.datasets.fetch import sha256_file
+    from aml_ray.suite import path_sha256
 
     spec = get_dataset(name)
     file = spec.resolve(Path(path) if path else None, cache_dir(), False)
     samples = spec.load(file)[:limit] if limit else spec.load(file)
-    return {"sha256": sha256_file(file), "questions": sum(len(s.questions) for s in samples)}
+    return {"sha256": path_sha256(file), "questions": sum(len(s.questions) for s in samples)}
+
+
+def check(ok: bool, detail: str) -> dict[str, Any]:
+    """One gate check: ``{"ok": bool, "detail": str}``."""
+    return {"ok": bool(ok), "detail": detail}
+
+
+def unique_check(session: Session, job: Job) -> dict[str, Any]:
+    """The ``unique`` check: no publication and no other pending or approved review of the job's version
+    on its track (seed: "the result must be unique")."""
+    duplicate = session.scalar(select(PublicSubmission.id).where(PublicSubmission.version_id == job.version_id,
+                                                                 PublicSubmission.track == job.track))
+    other_review = session.scalar(select(Review.id).join(Job, Review.job_id == Job.id).where(
+        Job.version_id == job.version_id, Job.track == job.track, Job.id != job.id,
+        Review.status.in_(("pending", "approved"))))
+    ok = duplicate is None and other_review is None
+    return check(ok, "no other publication of this version" if ok
+                 else "this version already has a publication or open review on the track")
 
 
 def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], facts: dict[str, Any],
@@ -124,9 +142,6 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
     Returns:
         ``{"passed": bool, "checks": {name: {"ok": bool, "detail": str}}}``.
     """
-    def check(ok: bool, detail: str) -> dict[str, Any]:
-        return {"ok": bool(ok), "detail": detail}
-
     overall_rows = [r for r in table if r["category"] == "overall"]
     errors = sum(r["n_errors"] for r in overall_rows)
     answer_model = facts["models"]["answer"]["model"]
@@ -135,11 +150,6 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
         ds_facts[d]["sha256"] == ds_base[d]["sha256"] and not ds_facts[d]["hash_mismatch_allowed"] for d in ds_base)
     counts_ok = set(ds_facts) == set(ds_base) and all(
         ds_facts[d]["questions"] == ds_base[d]["questions"] for d in ds_base)
-    duplicate = session.scalar(select(PublicSubmission.id).where(PublicSubmission.version_id == job.version_id,
-                                                                 PublicSubmission.track == job.track))
-    other_review = session.scalar(select(Review.id).join(Job, Review.job_id == Job.id).where(
-        Job.version_id == job.version_id, Job.track == job.track, Job.id != job.id,
-        Review.status.in_(("pending", "approved"))))
     checks = {
         "full_run_completed": check(job.mode == "full" and job.status == "completed",
                                     f"mode {job.mode}, status {job.status}"),
@@ -158,8 +168,6 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
                                     facts["pipeline_code_sha256"][:12]),
         "dataset_bundle_hashes": check(hashes_ok, ", ".join(f"{d}:{v['sha256'][:12]}" for d, v in ds_facts.items())),
         "question_counts": check(counts_ok, ", ".join(f"{d}:{v['questions']}" for d, v in ds_facts.items())),
-        "unique": check(duplicate is None and other_review is None,
-                        "no other publication of this version" if duplicate is None and other_review is None
-                        else "this version already has a publication or open review on the track"),
+        "unique": unique_check(session, job),
     }
     return {"passed": all(c["ok"] for c in checks.values()), "checks": checks}

@@ -161,6 +161,7 @@ class LeaderboardRow(BaseModel):
 
     ``rank``: standard competition ranking on the sorted score (equal scores share a rank, the next rank
     skips: 1, 1, 3); ``answer_model`` and ``suite`` (``name@version``): what the row was measured with.
+    ``memory_gain`` (Coding only): resolved rate with relevant memory minus with noisy memory.
     """
 
     rank: int
@@ -173,6 +174,7 @@ class LeaderboardRow(BaseModel):
     datasets: dict[str, Any]
     answer_model: str | None = None
     suite: str | None = None
+    memory_gain: float | None = None
     published_at: datetime
 
 

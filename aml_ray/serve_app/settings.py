@@ -13,8 +13,12 @@ Environment variables (besides those of :mod:`aml_ray.config`):
   :class:`aml_ray.serve_app.dispatch.JobDispatcher`.
 - ``AML_DATASETS_DIR``: where the suites' dataset files are (the layout of ``shared/datasets``; default
   ``~/.aml-ray/datasets``, :func:`aml_ray.suite.datasets_dir`). Files found there are never downloaded.
+- ``AML_CODING_BENCH``: the Coding track's task file: a CAMBench file (``cambench.jsonl``,
+  :mod:`aml_ray.coding.cambench`) or a folder holding it or a ``bench.json`` (:mod:`aml_ray.coding.bench`);
+  default ``<datasets dir>/cambench/cambench.jsonl``. Repository snapshots are where the file names them.
 - ``AML_SMOKE_SAMPLES`` / ``AML_FULL_SAMPLES``: samples per bundle in a smoke (default 1) and a full run
-  (default ``all``, the formal suite); the publication gate counts questions with the same setting.
+  (default ``all``, the formal suite); the publication gate counts questions with the same setting. For
+  the Coding track they count tasks.
 - ``AML_RETENTION_DAYS``: evidence of jobs finished longer ago is purged on a schedule (default 30);
   ``AML_PURGE_INTERVAL_S``: seconds between purges (default 86400; ``0`` turns the schedule off).
 - ``AML_MAX_BODY_BYTES``: the largest request body accepted (default 1 MiB); larger ones get 413.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
@@ -32,6 +37,9 @@ from pydantic import SecretStr
 from aml_ray.config import DEFAULT_RETENTION_DAYS, ModelEndpoint, _number, data_dir  # _number: env number rule
 from aml_ray.security import MASTER_KEYS_ENV
 from aml_ray.store.engine import database_url
+
+if TYPE_CHECKING:
+    from aml_ray.coding.sandbox import SandboxConfig
 
 #: Jobs the worker runs at once unless ``AML_MAX_CONCURRENT_JOBS`` says otherwise.
 DEFAULT_MAX_CONCURRENT_JOBS = 2
@@ -41,7 +49,11 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 #: Seconds between scheduled evidence purges unless ``AML_PURGE_INTERVAL_S`` says otherwise (one day).
 DEFAULT_PURGE_INTERVAL_S = 86400.0
 #: Tracks and the datasets their suite runs (only Textual has a dataset adapter so far).
-TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ()}
+TRACK_DATASETS: dict[str, tuple[str, ...]] = {"textual": ("locomo",), "multimodal": (), "coding": ("cambench",)}
+#: Board column title of the Coding track's one dataset (it has no suite file).
+CODING_TITLE = "CAMBench Coding (resolved rate with relevant memory)"
+#: Where the Coding task file is below the datasets folder unless ``AML_CODING_BENCH`` says otherwise.
+DEFAULT_CODING_BENCH = Path("cambench") / "cambench.jsonl"
 
 
 def board_datasets(track: str) -> tuple[str, ...]:
@@ -59,6 +71,8 @@ def board_datasets(track: str) -> tuple[str, ...]:
 
 def dataset_titles(track: str) -> dict[str, str]:
     """``dataset -> "Title (scorer)"`` for the board's column headers, from the track's shipped suite."""
+    if track == "coding":
+        return {"cambench": CODING_TITLE}
     suite = _track_suite(track)
     return {b.dataset: f"{b.title} ({b.scorer})" for b in suite.bundles} if suite else {}
 
@@ -95,6 +109,9 @@ class ServiceSettings:
         suites: the suite (name or file) a track's jobs run; default the shipped suite named like the track.
         answer / judge: the locked model endpoints jobs call; None reads them from the job's environment
             (:func:`aml_ray.config.model_endpoint_from_env`).
+        coding_bench: the Coding track's task file or folder; None: ``<datasets dir>/cambench/cambench.jsonl``.
+        coding_sandbox: the limits of the Coding track's test sandbox (:class:`aml_ray.coding.sandbox.SandboxConfig`;
+            None: its defaults). Never ``unsandboxed``: a host without the isolation fails the job.
         smoke_limit_samples: samples per dataset in a smoke run (the "small fixed subset").
         full_limit_samples: samples per dataset in a full run; None = all (the formal suite). Tests
             shrink it; the publication gate compares question counts with the same setting.
@@ -123,6 +140,8 @@ class ServiceSettings:
     dataset_paths: dict[str, Path] = field(default_factory=dict)
     datasets_dir: Path | None = None
     suites: dict[str, str] = field(default_factory=dict)
+    coding_bench: Path | None = None
+    coding_sandbox: SandboxConfig | None = None
     answer: ModelEndpoint | None = None
     judge: ModelEndpoint | None = None
     smoke_limit_samples: int = 1
@@ -145,6 +164,9 @@ class ServiceSettings:
             raise ValueError(f"smoke_limit_samples (AML_SMOKE_SAMPLES) must be >= 1, got {self.smoke_limit_samples}")
         if self.full_limit_samples is not None and self.full_limit_samples < 1:
             raise ValueError(f"full_limit_samples (AML_FULL_SAMPLES) must be >= 1 or all, got {self.full_limit_samples}")
+        if self.coding_sandbox is not None and self.coding_sandbox.unsandboxed:
+            raise ValueError("coding_sandbox.unsandboxed: the service never runs participants' diffs without "
+                             "isolation; use a host with user namespaces (docs/operations.md)")
         if self.lease_s <= 0 or self.poll_interval_s <= 0:
             raise ValueError(f"lease_s and poll_interval_s must be > 0, got {self.lease_s}, {self.poll_interval_s}")
 
@@ -164,6 +186,12 @@ class ServiceSettings:
 
         given = self.dataset_paths.get(bundle.dataset)
         return Path(given) if given else (self.datasets_dir or datasets_dir()) / bundle.path
+
+    def coding_bench_path(self) -> Path:
+        """Where the Coding task file is: ``coding_bench``, else ``<datasets dir>/cambench/cambench.jsonl``."""
+        from aml_ray.suite import datasets_dir
+
+        return Path(self.coding_bench) if self.coding_bench else (self.datasets_dir or datasets_dir()) / DEFAULT_CODING_BENCH
 
     def __repr__(self) -> str:  # never print the token or the master keys
         return (f"ServiceSettings(database_url={self.database_url.split('@')[-1]!r}, edition={self.edition!r}, "
@@ -191,6 +219,7 @@ class ServiceSettings:
                    allow_loopback=env.get("AML_ALLOW_LOOPBACK") == "1",
                    edition=env.get("AML_EDITION") or "cycle-2",
                    datasets_dir=Path(env["AML_DATASETS_DIR"]).expanduser() if env.get("AML_DATASETS_DIR") else None,
+                   coding_bench=Path(env["AML_CODING_BENCH"]).expanduser() if env.get("AML_CODING_BENCH") else None,
                    smoke_limit_samples=_number(env, "AML_SMOKE_SAMPLES", int) or 1,
                    full_limit_samples=None if full == "all" else _number({"AML_FULL_SAMPLES": full}, "AML_FULL_SAMPLES", int),
                    retention_days=_number(env, "AML_RETENTION_DAYS", int) or DEFAULT_RETENTION_DAYS,

@@ -3,7 +3,9 @@
 Seed ("Evaluation & results"): a full run is the track's fixed suite. :func:`job_bundles` gives the
 bundles of a job: for ``full`` every bundle the release baseline pins (a bundle marked ``substitute_for``
 runs only in place of its absent primary), for ``smoke`` the suite's first bundle (the "small fixed
-subset", with ``smoke_limit_samples`` samples). A bundle whose data files are absent is an operator error
+subset", with ``smoke_limit_samples`` samples). The Coding track has no suite file: its one bundle is the
+task file of ``AML_CODING_BENCH`` (:meth:`ServiceSettings.coding_bench_path`), for smoke and full alike
+(smoke runs ``smoke_limit_samples`` tasks). A bundle whose data files are absent is an operator error
 (:class:`MissingBundles`): the service logs it at start (:func:`suite_problems`) and refuses the job with
 503 naming the bundle, the path looked at and the setting that fixes it; it never downloads a bundle.
 """
@@ -31,9 +33,11 @@ class MissingBundles(RuntimeError):
     def __init__(self, track: str, missing: list[tuple[str, Path]]):
         self.track, self.missing = track, missing
         names = "; ".join(f"{name} (looked at {path})" for name, path in missing)
+        setting = ("AML_CODING_BENCH to the CAMBench file (cambench.jsonl) or AML_DATASETS_DIR to the folder "
+                   "holding cambench/cambench.jsonl" if track == "coding" else
+                   "AML_DATASETS_DIR / `aml-ray serve --datasets-dir` to the folder that holds them")
         super().__init__(f"operator error: the {track} suite's bundle files are missing: {names}. Put the files "
-                         "there, or set AML_DATASETS_DIR / `aml-ray serve --datasets-dir` to the folder that "
-                         "holds them; bundles are never downloaded by the service")
+                         f"there, or set {setting}; bundles are never downloaded by the service")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ def job_bundles(settings: ServiceSettings, track: str, mode: str) -> list[JobBun
         NoSuite: the track has no suite.
         MissingBundles: a needed bundle's data files are absent (every missing one is named).
     """
+    if track == "coding":
+        return [coding_bundle(settings)]
     suite = track_suite(settings, track)
     paths = {b.name: settings.bundle_path(b) for b in suite.bundles}
     present = {b.name for b in suite.bundles if _present(b, paths[b.name])}
@@ -87,6 +93,21 @@ def job_bundles(settings: ServiceSettings, track: str, mode: str) -> list[JobBun
     if missing:
         raise MissingBundles(track, missing)
     return [JobBundle(b.name, b.dataset, paths[b.name]) for b in wanted]
+
+
+def coding_bundle(settings: ServiceSettings) -> JobBundle:
+    """The Coding track's one bundle: the task file :meth:`ServiceSettings.coding_bench_path` names.
+
+    A folder counts when it holds ``cambench.jsonl`` or ``bench.json``.
+
+    Raises:
+        MissingBundles: no task file there (names the path and the ``AML_CODING_BENCH`` setting).
+    """
+    path = settings.coding_bench_path()
+    present = path.is_file() or (path / "cambench.jsonl").is_file() or (path / "bench.json").is_file()
+    if not present:
+        raise MissingBundles("coding", [("cambench", path)])
+    return JobBundle("cambench", "cambench", path)
 
 
 def _substitute(suite, primary: str, present: set[str]):

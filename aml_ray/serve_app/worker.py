@@ -7,7 +7,8 @@ runs the track's suite bundle by bundle (:func:`aml_ray.serve_app.tracks.job_bun
 previous runner died: node lost, process killed) is a resumption: a bundle whose run.json says
 ``completed`` is read back from its results.json, a bundle with an unfinished run.json is resumed from its
 evidence (``resume``: same run_id, finished Adds and questions skipped), so the job ends with the result an
-uninterrupted run would have had.
+uninterrupted run would have had. A Coding job runs the track's task file instead
+(:mod:`aml_ray.serve_app.coding_jobs`): CAMBench's conditions in the sandbox, its own headline and gate.
 
 For each job the runner re-validates the version's endpoints (DNS may have changed since submission) and
 pins the checked addresses into the spec (the participant client connects only to them, never resolving
@@ -23,6 +24,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +158,9 @@ class JobWorker:
         if mode == "smoke" and not (resuming and conformance_done) and \
                 not self._smoke_conformance(job_id, owner, spec, secret):
             return
+        if track == "coding":
+            self._coding(job_id, owner, bundles[0], run_dir, spec, secret, mode, run_label, label)
+            return
         progress = _Progress(sessions, job_id)
         runs: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
         try:
@@ -178,22 +183,61 @@ class JobWorker:
         table = [row for rows, _ in runs for row in rows]
         facts = suite_facts([run_facts(info) for _, info in runs], suite=f"{suite.name}@{suite.version}")
         statuses = [info["status"] for _, info in runs]  # derived from the evidence (aml_ray.run.outcome)
-        with sessions.begin() as session:
+        partial = None
+        if any(s != "completed" for s in statuses):  # partial: kept for the participant; no review, quota back
+            partial = redact("; ".join(info.get("error") or info["status"] for _, info in runs
+                                       if info["status"] != "completed"), secret)
+        self._finish(job_id, owner, table, facts, partial=partial, gate=lambda session, job: publication_gate(
+            session, job, table, facts, release_baseline(settings, track, bundles)))
+
+    def _finish(self, job_id: str, owner: str, table: list[dict[str, Any]], facts: dict[str, Any], *,
+                gate: Callable[[Any, Any], dict[str, Any]], partial: str | None = None,
+                summary: tuple[float | None, float | None, dict[str, Any]] | None = None) -> None:
+        """Store the result; complete the job and, for a full job, open its review with ``gate(session, job)``;
+        or, with ``partial`` (the error summary), end it partial (no review)."""
+        with self.service.sessions.begin() as session:
             if not owns(session, job_id, owner):
                 raise LeaseLost(job_id)
             job = get_job(session, job_id)
-            save_result(session, job, table, facts)
-            if any(s != "completed" for s in statuses):  # partial: kept for the participant; no review, quota back
-                errors = "; ".join(info.get("error") or info["status"] for _, info in runs if info["status"] != "completed")
-                mark_failed(job, redact(errors, secret), status="partial")
+            save_result(session, job, table, facts, summary)
+            if partial is not None:
+                mark_failed(job, partial, status="partial")
                 log.info("job %s ended partial", job_id)
                 return
             record_progress(job, "done", {s.stage: s.total for s in job.stages})  # every unit finished
             mark_completed(session, job)
-            if mode == "full":
-                gate = publication_gate(session, job, table, facts, release_baseline(settings, track, bundles))
-                open_review(session, job, gate)
+            if job.mode == "full":
+                open_review(session, job, gate(session, job))
         log.info("job %s completed", job_id)
+
+    def _coding(self, job_id: str, owner: str, bundle: JobBundle, run_dir: Path, spec: ParticipantSpec,
+                secret: SecretStr | None, mode: str, run_label: str, label: str) -> None:
+        """Run a Coding job (:mod:`aml_ray.serve_app.coding_jobs`); a host whose sandbox cannot isolate the
+        tests fails the job with the sandbox's reason (never a run with less isolation)."""
+        from aml_ray.coding.sandbox import SandboxUnavailable
+        from aml_ray.run.evaluation import pipeline_code_hash
+        from aml_ray.serve_app import coding_jobs
+
+        settings = self.service.settings
+        progress = _Progress(self.service.sessions, job_id)
+        code_hash = pipeline_code_hash()
+        try:
+            rates, info = coding_jobs.run_coding_job(settings, bundle.path, run_dir / bundle.name, spec, mode=mode,
+                                                     run_label=run_label, label=label, on_progress=progress.callback)
+        except SandboxUnavailable as exc:
+            log.error("job %s: %s", job_id, exc)
+            self._fail(job_id, owner, f"the Coding sandbox refused to run on this host: {exc}")
+            return
+        except Exception as exc:  # contract error, participant status, task file refused...: summarised, redacted
+            log.error("job %s failed: %s", job_id, type(exc).__name__)
+            self._fail(job_id, owner, redact(f"{type(exc).__name__}: {exc}", secret))
+            return
+        progress.flush()
+        limit = settings.smoke_limit_samples if mode == "smoke" else settings.full_limit_samples
+        facts = coding_jobs.coding_facts(info, bench_path=bundle.path, limit=limit, pipeline_code_sha256=code_hash)
+        self._finish(job_id, owner, rates, facts, summary=coding_jobs.coding_summary(rates, info),
+                     gate=lambda session, job: coding_jobs.coding_gate(
+                         session, job, facts, coding_jobs.coding_baseline(settings, bundle.path)))
 
     def _bundle(self, bundle: JobBundle, out_dir: Path, spec: ParticipantSpec, mode: str, track: str,
                 run_label: str, label: str, progress: _Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -13,6 +13,9 @@ from aml_ray.store.quotas import check_quota
 
 #: Pipeline stages reported on a job, in order.
 STAGES = ("add", "search", "answer", "judge")
+#: The stages of a Coding job: its attempts (task x condition: Add, Search, agent, tests), counted as
+#: :func:`aml_ray.coding.runner.run_coding` reports them.
+CODING_STAGES = ("attempts",)
 ACTIVE = ("queued", "running")
 
 
@@ -51,7 +54,8 @@ def create_job(session: Session, *, key_id: str, version: Version, mode: str, ru
     check_quota(session, key_id=key_id, track=version.track, mode=mode, edition=edition, now=now)
     job = Job(key_id=key_id, version_id=version.id, mode=mode, track=version.track, run_label=run_label,
               checklist=checklist, created_at=now)
-    job.stages = [JobStage(stage=s, position=i, updated_at=now) for i, s in enumerate(STAGES)]
+    stages = CODING_STAGES if version.track == "coding" else STAGES
+    job.stages = [JobStage(stage=s, position=i, updated_at=now) for i, s in enumerate(stages)]
     session.add(job)
     session.flush()
     session.add(QuotaUsage(key_id=key_id, track=version.track, mode=mode, edition=edition, job_id=job.id,

@@ -42,19 +42,22 @@ def summarize_table(table: list[dict[str, Any]]) -> tuple[float | None, float | 
     return overall, (scored / total if total else None), per
 
 
-def save_result(session: Session, job: Job, table: list[dict[str, Any]], facts: dict[str, Any]) -> Result:
+def save_result(session: Session, job: Job, table: list[dict[str, Any]], facts: dict[str, Any],
+                summary: tuple[float | None, float | None, dict[str, Any]] | None = None) -> Result:
     """Store a completed job's score table and gate facts.
 
     Args:
         session: an open session.
         job: the job.
-        table: aggregate rows.
+        table: aggregate rows (Coding: the resolved-rate rows).
         facts: secret-free run facts (models, pipeline hash, dataset hashes, question counts).
+        summary: ``(overall, coverage, per_dataset)`` when the track computes its own headline (Coding,
+            :func:`aml_ray.serve_app.coding_jobs.coding_summary`); None: :func:`summarize_table` of ``table``.
 
     Returns:
         The row.
     """
-    overall, coverage, per = summarize_table(table)
+    overall, coverage, per = summary if summary is not None else summarize_table(table)
     row = Result(job_id=job.id, table=table, overall=overall, coverage=coverage, per_dataset=per, facts=facts)
     session.add(row)
     session.flush()

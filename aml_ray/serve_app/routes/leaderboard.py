@@ -1,5 +1,8 @@
 """Public leaderboard, no key needed: ``GET /api/leaderboard/{track}`` (JSON) and ``/leaderboard/{track}`` (HTML).
 
+One board per track (:data:`HEADLINES` says what each Overall is). Coding rows also carry ``memory_gain``
+(resolved rate with relevant memory minus with noisy memory, :mod:`aml_ray.serve_app.coding_jobs`).
+
 Filters: ``division`` (open_source | commercial) and ``dataset`` (keep rows scored on it, show only its
 column, rank by it unless ``sort`` is given). Sorting: ``sort`` in overall | coverage | published_at |
 system, ``order`` asc | desc.
@@ -22,6 +25,14 @@ from aml_ray.store.results import TRACKS, leaderboard
 router = APIRouter(tags=["leaderboard"])
 templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
 Sort = Literal["overall", "coverage", "published_at", "system"]
+CODING_DATASET = "cambench"
+#: What Overall is on each track's board (shown above the table).
+HEADLINES = {
+    "textual": "Overall = the unweighted mean of the suite's dataset scores.",
+    "multimodal": "Overall = the unweighted mean of the Multimodal suite's dataset scores (Mem-Gallery, ATM-Bench).",
+    "coding": "Overall = CAMBench resolved rate with relevant memory (SWE-bench's resolved rule); memory gain = "
+              "resolved rate with relevant memory minus with noisy memory.",
+}
 
 
 def competition_ranks(keys: list) -> list[int]:
@@ -60,6 +71,8 @@ def board(session, track: str, division: str | None, dataset: str | None, sort: 
                           division=r.division, overall=r.overall, coverage=r.coverage,
                           datasets={d: r.per_dataset[d] for d in datasets if d in r.per_dataset},
                           answer_model=r.answer_model, suite=r.suite,
+                          memory_gain=(r.per_dataset.get(CODING_DATASET) or {}).get("memory_gain")
+                          if track == "coding" else None,
                           published_at=r.published_at) for rank, r in zip(ranks, rows)]
     return LeaderboardOut(track=track, datasets=datasets, rows=out)
 
@@ -86,6 +99,7 @@ def leaderboard_page(request: Request, track: Track, session: SessionDep,
     all_datasets = sorted(set(board_datasets(track)) | set(data.datasets))
     return templates.TemplateResponse(request, "leaderboard.html", {
         "board": data, "tracks": TRACKS, "track": track, "division": division, "dataset": dataset,
+        "headline": HEADLINES.get(track, ""),
         "sort": sort or "overall", "order": order, "all_datasets": all_datasets,
         "titles": {d: t for d, t in dataset_titles(track).items() if d in all_datasets}})
 
