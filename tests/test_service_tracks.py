@@ -163,3 +163,16 @@ def test_coding_settings_bench_file_and_no_unsandboxed_mode(tmp_path):
     with pytest.raises(MissingBundles) as missing:
         job_bundles(given, "coding", "full")
     assert "AML_CODING_BENCH" in str(missing.value) and str(tmp_path / "b.jsonl") in str(missing.value)
+
+
+def test_serve_command_takes_the_coding_bench(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from aml_ray.cli import app
+
+    seen = {}
+    monkeypatch.setattr("aml_ray.serve_app.cli._serve", lambda settings, **kw: seen.update(settings=settings))
+    r = CliRunner().invoke(app, ["serve", "--coding-bench", str(tmp_path / "cambench.jsonl")],
+                           env={"AML_MASTER_KEYS": "x" * 43 + "=", "AML_DATABASE_URL": "sqlite:///:memory:"})
+    assert r.exit_code == 0, r.output
+    assert seen["settings"].coding_bench_path() == tmp_path / "cambench.jsonl"

@@ -15,8 +15,11 @@ def serve_command(
     datasets_dir: Annotated[Optional[Path], typer.Option(
         help="Folder with the suites' dataset files (layout of shared/datasets; default AML_DATASETS_DIR, "
              "else ~/.aml-ray/datasets). Files found there are never downloaded.")] = None,
+    coding_bench: Annotated[Optional[Path], typer.Option(
+        help="The Coding track's CAMBench file (cambench.jsonl) or a folder holding it or bench.json (default "
+             "AML_CODING_BENCH, else <datasets dir>/cambench/cambench.jsonl).")] = None,
     smoke_samples: Annotated[Optional[int], typer.Option(
-        min=1, help="Samples per bundle in a smoke job (default AML_SMOKE_SAMPLES, else 1).")] = None,
+        min=1, help="Samples (Coding: tasks) per bundle in a smoke job (default AML_SMOKE_SAMPLES, else 1).")] = None,
     full_samples: Annotated[Optional[int], typer.Option(
         min=1, help="Samples per bundle in a full job (default AML_FULL_SAMPLES, else all: the formal suite).")] = None,
 ) -> None:
@@ -30,6 +33,8 @@ def serve_command(
     settings.num_cpus = num_cpus
     if datasets_dir is not None:
         settings.datasets_dir = datasets_dir.expanduser()
+    if coding_bench is not None:
+        settings.coding_bench = coding_bench.expanduser()
     if smoke_samples is not None:
         settings.smoke_limit_samples = smoke_samples
     if full_samples is not None:
