@@ -65,9 +65,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--no-first-run"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser():
-    """One headless Debian Chromium per test session, driven by Playwright (scripts/install_test_deps.sh)."""
+    """A headless Debian Chromium for one test, driven by Playwright (scripts/install_test_deps.sh).
+
+    Per test, not per session: Playwright's sync API keeps an event loop running in the main thread while
+    it is open, and every later ``asyncio.run`` in the session (evaluate(), the checks) would then fail
+    with "asyncio.run() cannot be called from a running event loop"."""
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM.exists(), f"{CHROMIUM} missing: run scripts/install_test_deps.sh (Debian chromium)"
