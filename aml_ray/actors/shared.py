@@ -222,11 +222,17 @@ async def _close(handle, timeout_s: float) -> None:
         pass
 
 
+_registry_class = None  # ray.remote(ClientRegistry), made once per process
+
+
 def registry():
     """The cluster's :class:`ClientRegistry` actor handle, started (detached, on the head node) if none runs."""
     import ray
 
-    return ray.remote(ClientRegistry).options(
+    global _registry_class
+    if _registry_class is None:
+        _registry_class = ray.remote(ClientRegistry)
+    return _registry_class.options(
         name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
         max_restarts=-1, max_concurrency=1000, resources={"node:__internal_head__": 0.001},
         scheduling_strategy="DEFAULT").remote()
@@ -271,6 +277,7 @@ class Lease:
     job: str
     lease_id: str
     lease_s: float = LEASE_S
+    private: bool = False  # spawned by this process without the registry (_acquire's ``private``)
     _released: bool = False
 
     def release(self, *, close_timeout_s: float = 10.0) -> bool:
@@ -284,6 +291,9 @@ class Lease:
         if self._released:
             return False
         self._released = True
+        if self.private:  # no registry holds it: this lease is its only holder
+            asyncio.run(_close(self.handle, close_timeout_s))
+            return True
         with _lock:
             _held.pop(self.lease_id, None)
         try:
@@ -319,9 +329,19 @@ def _renew_loop() -> None:
                 log.warning("lease of job %s on %s had expired (not renewed in time)", lease.job, lease.name)
 
 
-def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float) -> Lease:
+def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float, private: bool = False) -> Lease:
+    """A lease from the registry; or, ``private``, a client actor spawned here and held by this lease alone.
+
+    Private is for a driver that started its own local cluster (:func:`aml_ray.run.ray_runtime.init_ray`
+    returned True): no other process can reach that cluster, so there is nothing to share and the
+    registry's actor would be one more worker process to start before the first Add (issue 29).
+    """
     global _renewer
     lease_id = secrets.token_hex(8)
+    if private:
+        name = f"aml-{kind}-{_safe(identity)}-private-{lease_id}"
+        return Lease(name=name, handle=_spawn(kind, config, name), job=job, lease_id=lease_id, lease_s=lease_s,
+                     private=True)
     name, handle = _call("acquire", kind, identity, config, job, lease_id, lease_s)
     lease = Lease(name=name, handle=handle, job=job, lease_id=lease_id, lease_s=lease_s)
     with _lock:
@@ -333,13 +353,15 @@ def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float) ->
     return lease
 
 
-def acquire_model_client(endpoint: ModelEndpoint, job: str, *, lease_s: float = LEASE_S) -> Lease:
+def acquire_model_client(endpoint: ModelEndpoint, job: str, *, lease_s: float = LEASE_S, private: bool = False) -> Lease:
     """The cluster's shared ``ModelClient`` actor for ``endpoint``, leased to ``job``.
 
     Args:
         endpoint: an online endpoint (its key travels to the registry and the actor only).
         job: the job's key (its run id).
         lease_s: seconds the lease lasts unless this process renews it (it does while it lives).
+        private: spawn the actor here, without the registry (only where this process started its own
+            local cluster: no other process shares it; see :func:`_acquire`).
 
     Returns:
         A :class:`Lease`; wrap its handle as ``JobModel(lease.handle, job)`` for the stages.
@@ -347,11 +369,11 @@ def acquire_model_client(endpoint: ModelEndpoint, job: str, *, lease_s: float = 
     Raises:
         ValueError: from the actor's constructor (surfaced on the first call) for an offline endpoint.
     """
-    return _acquire("model", model_endpoint_key(endpoint), endpoint, job, lease_s)
+    return _acquire("model", model_endpoint_key(endpoint), endpoint, job, lease_s, private)
 
 
 def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: str | None = None,
-                               lease_s: float = LEASE_S) -> Lease:
+                               lease_s: float = LEASE_S, private: bool = False) -> Lease:
     """The cluster's shared ``ParticipantClient`` actor for a participant version, leased to ``job``.
 
     Jobs of the same version share its declared capacity (max in-flight, requests/s); different
@@ -363,12 +385,12 @@ def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: 
         job: the job's key (its run id).
         version_key: a non-secret key naming the version (e.g. ``"version-<id>"``); default
             :func:`participant_version_key`. Jobs with the same key *and* an equal spec share a client.
-        lease_s: as :func:`acquire_model_client`.
+        lease_s, private: as :func:`acquire_model_client`.
 
     Returns:
         A :class:`Lease` whose handle the stages call.
     """
-    return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s)
+    return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s, private)
 
 
 def live_leases() -> dict[str, dict[str, int]]:
