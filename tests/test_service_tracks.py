@@ -117,8 +117,9 @@ def test_multimodal_job_through_the_api_to_the_multimodal_board(tmp_path):
     fake = FakeOpenAI(lambda prompt, n: Reply('A red bicycle.\n{"label": "CORRECT"}'))
     with ThreadServer(fake.app) as http, \
             ReferenceServer(tmp_path / "ref", auth="Bearer", secret=MSK, multimodal=True) as ref, \
-            make_client(tmp_path, datasets_dir=datasets, suites={"multimodal": one_bundle_suite("multimodal", "memgallery")},
-                        smoke_limit_samples=1, full_limit_samples=1, **_models(http.base_url, vision=True)) as client:
+            make_client(tmp_path, datasets_dir=datasets,
+                        suites={"multimodal": one_bundle_suite("multimodal", "memgallery")}, smoke_limit_samples=1,
+                        full_limit_samples=1, **_models(http.base_url, vision=True)) as client:
         key, version_id = onboard(client, ref.base_url, track="multimodal", system_name="BM25 gallery")
         # the smoke runs the same bundle code as the full job (one sample): accepted through the API, marked
         # passed in the store, so the test runs one evaluation
@@ -132,7 +133,8 @@ def test_multimodal_job_through_the_api_to_the_multimodal_board(tmp_path):
         res = client.get(f"/api/results/{full['id']}", headers=bearer(key)).json()
         gate = res["review"]["gate"]
         assert gate["passed"] is True, gate
-        assert gate["checks"]["dataset_bundle_hashes"]["ok"] and gate["checks"]["question_counts"]["detail"] == "memgallery:2"
+        assert gate["checks"]["dataset_bundle_hashes"]["ok"]
+        assert gate["checks"]["question_counts"]["detail"] == "memgallery:2"
         assert res["facts"]["suite"] == "multimodal@2026.1-draft.1"
         mg = res["per_dataset"]["memgallery"]
         assert res["overall"] == pytest.approx(mg["accuracy"]) and 0.0 < mg["accuracy"] < 1.0 and mg["n_total"] == 2

@@ -191,7 +191,9 @@ class ServiceSettings:
         """Where the Coding task file is: ``coding_bench``, else ``<datasets dir>/cambench/cambench.jsonl``."""
         from aml_ray.suite import datasets_dir
 
-        return Path(self.coding_bench) if self.coding_bench else (self.datasets_dir or datasets_dir()) / DEFAULT_CODING_BENCH
+        if self.coding_bench:
+            return Path(self.coding_bench)
+        return (self.datasets_dir or datasets_dir()) / DEFAULT_CODING_BENCH
 
     def __repr__(self) -> str:  # never print the token or the master keys
         return (f"ServiceSettings(database_url={self.database_url.split('@')[-1]!r}, edition={self.edition!r}, "
