@@ -39,11 +39,12 @@ def render_table(result_table, *, offline: bool, title: str, category_names: dic
 
 def render_recall_table(rows: list[dict], *, category_names: dict[str, str] | None = None) -> Table:
     """A rich table of evidence recall (:func:`aml_ray.scoring.evidence_recall.recall_table`): fuzzy rule,
-    R@10 and R@100 with their 95 % bootstrap intervals, the exact rule's recall@10 beside them."""
+    R@10 and R@100 with their 95 % bootstrap intervals, the exact rule's recall@10 beside them (fits 120
+    columns, the width of a non-terminal console)."""
     t = Table(title="evidence recall", caption="recall@K = evidence turns covered by the first K memories (fuzzy: "
               ">= half the turn's content words; exact: the turn's text); n = questions with evidence; "
-              "[low, high] = 95 % bootstrap interval")
-    for col in ("category", "n", "R@1", "R@5", "R@10", "R@25", "R@100", "exact R@10", "hit", "first rank"):
+              "\\[low, high] = 95 % bootstrap interval; recall@25 is in run.json")
+    for col in ("category", "n", "R@1", "R@5", "R@10", "R@100", "exact R@10", "hit", "first rank"):
         t.add_column(col, justify="left" if col == "category" else "right")
 
     def f(x, digits=3):
@@ -55,7 +56,7 @@ def render_recall_table(rows: list[dict], *, category_names: dict[str, str] | No
             low, high = r.get(f"recall@{k}_ci_low"), r.get(f"recall@{k}_ci_high")
             return f(r[f"recall@{k}"]) + ("" if low is None else f" [{low:.2f}, {high:.2f}]")
 
-        t.add_row(name, str(r["n"]), *(ci(k) if k in (10, 100) else f(r[f"recall@{k}"]) for k in (1, 5, 10, 25, 100)),
+        t.add_row(name, str(r["n"]), *(ci(k) if k in (10, 100) else f(r[f"recall@{k}"]) for k in (1, 5, 10, 100)),
                   f(r["recall_exact@10"]),
                   f(r["hit_share"]), f(r["median_first_rank"], 1), style="bold" if r["category"] == "overall" else None)
     return t

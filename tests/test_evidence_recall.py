@@ -14,7 +14,7 @@ from aml_ray.datasets.base import turn_ids
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.evidence import RunDir, read_adds
-from aml_ray.scoring.evidence_recall import Turn, content_words, question_recall, recall_table, resolve_units
+from aml_ray.scoring.evidence_recall import KS, Turn, content_words, question_recall, recall_table, resolve_units
 from tests.servers import ThreadServer
 
 OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
@@ -103,3 +103,18 @@ def test_a_participant_returning_the_gold_turns_first_has_recall_at_1_of_one(tmp
     assert RunDir(tmp_path / "run").recall.is_file()
     adds = read_adds(result.run_dir).sort("chunk_index")
     assert adds["turn_ids"][0].to_list()[:2] == ["D1:1", "D1:2"]
+
+
+def test_console_table_keeps_the_intervals_whole_at_120_columns():
+    from rich.console import Console
+
+    from aml_ray.cli_tables import render_recall_table
+
+    row = {"category": "1", "n": 43, "n_unresolved": 0, "hit_share": 0.698, "median_first_rank": 8.5,
+           **{f"recall@{k}": 0.5 for k in KS}, **{f"recall_exact@{k}": 0.4 for k in KS},
+           **{f"recall@{k}_ci_low": 0.12 for k in KS}, **{f"recall@{k}_ci_high": 0.28 for k in KS}}
+    console = Console(width=120, record=True)
+    console.print(render_recall_table([row, {**row, "category": "overall"}], category_names={"1": "multi-hop"}))
+    text = console.export_text()
+    assert text.count("0.500 [0.12, 0.28]") == 4  # R@10 and R@100 of both rows, each on one line
+    assert "[low, high] = 95 % bootstrap interval" in " ".join(text.split())  # not eaten as rich markup
