@@ -81,7 +81,8 @@ class TreeCpu:
                 try:
                     t = p.cpu_times()
                     known = self.seen.get(p.pid, ("", 0.0))[0]
-                    name = known if known and known != "ray::IDLE" else _process_label(p)  # IDLE until an actor
+                    # a worker is "python3" until Ray titles it, then "ray::IDLE" until an actor takes it
+                    name = known if known.startswith("ray::") and known != "ray::IDLE" else _process_label(p)
                     self.seen[p.pid] = (name, t.user + t.system)
                 except psutil.Error:
                     pass

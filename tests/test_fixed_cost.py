@@ -77,3 +77,35 @@ def test_a_failed_preflight_beside_the_ray_start_fails_the_run_and_stops_that_ra
     assert failed.value.failure["stage"] == "preflight" and failed.value.failure["step"] == "add"
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["status"] == "failed" and info["error"].startswith(f"pre-flight add failed at {url}/add")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_file, monkeypatch):
+    """A driver that started its own local cluster spawns its participant client itself (one worker start
+    less before the first Add) and kills it at the end; the shared registry is never asked.
+
+    The session's Ray stands in for that cluster: ``init_ray`` says it started it, and its shutdown is
+    replaced so the session's cluster lives on.
+    """
+    import ray
+
+    import aml_ray.actors.shared as shared
+    from aml_ray.reference.server import ReferenceServer
+
+    def no_registry(method, *args, **kw):
+        raise AssertionError(f"the registry was asked to {method}")
+
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None: True)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(shared, "_call", no_registry)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with ReferenceServer(tmp_path / "ref") as ref:
+        cfg = config(tmp_path, locomo_file, "http://unused")
+        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        cfg.retrieval_only = True
+        result = evaluate(cfg)
+    info = result.run_info
+    assert info["status"] == "completed" and info["adds"]["ok"] == info["dataset"]["chunks"] > 0
+    assert info["search"]["failed"] == 0 and info["participant_concurrency"]["replies"] > 0
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert not [n for n in names if "-private-" in n], names  # the run's own client was killed at the end

@@ -34,7 +34,7 @@ from aml_ray.run.outcome import run_outcome
 from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, preflight
 from aml_ray.prompts import load_prompt
-from aml_ray.run.ray_runtime import init_ray
+from aml_ray.run.ray_runtime import init_ray, is_local_address
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
@@ -298,6 +298,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
             participant_key=cfg.participant_key,
             retrieval_only=cfg.retrieval_only, report=pipeline_report,
+            private_cluster=started_ray and is_local_address(),  # a cluster of its own: nothing to share
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)

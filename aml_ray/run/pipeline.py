@@ -184,6 +184,7 @@ def run_pipeline(
     job_key: str | None = None,
     participant_key: str | None = None,
     report: dict | None = None,
+    private_cluster: bool = False,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -214,6 +215,9 @@ def run_pipeline(
         report: filled with ``participant_concurrency``: the participant client's adaptive in-flight
             limit (:meth:`aml_ray.actors.participant.ParticipantClient.concurrency`: declared, min, max,
             final, trajectory), read before the client is released, whether or not the run failed.
+        private_cluster: this driver started its own local cluster (no other process can reach it): the
+            client actors are spawned here, not through the cluster's registry actor (one worker start
+            less before the first Add; :mod:`aml_ray.actors.shared`, issue 29).
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
@@ -236,14 +240,14 @@ def run_pipeline(
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor.
     job = job_key or uuid.uuid4().hex
-    leases = [acquire_participant_client(participant, job, version_key=participant_key)]
+    leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster)]
     client = leases[0].handle
     answer_client = judge_client = None
     if not answer.offline and not retrieval_only:
-        leases.append(acquire_model_client(answer, job))
+        leases.append(acquire_model_client(answer, job, private=private_cluster))
         answer_client = JobModel(leases[-1].handle, job)
     if not judge.offline and not retrieval_only:
-        leases.append(acquire_model_client(judge, job))
+        leases.append(acquire_model_client(judge, job, private=private_cluster))
         judge_client = JobModel(leases[-1].handle, job)
 
     def pool(in_flight: int) -> ActorPoolStrategy:

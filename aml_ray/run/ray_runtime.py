@@ -110,15 +110,22 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
         return False
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    local = is_local_address(address)
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     kwargs: dict = {"include_dashboard": False, **_driver_logging()}
-    if address == "local":
+    if local:
         tmp = os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "aml-ray"))
         Path(tmp).mkdir(parents=True, exist_ok=True)
         kwargs.update(num_cpus=num_cpus, _temp_dir=tmp)
     ray.init(address=address, **kwargs)
     _quiet_ray_data()
     return True
+
+
+def is_local_address(address: str | None = None) -> bool:
+    """Whether :func:`init_ray` with ``address`` starts a new local cluster (``address`` or ``$RAY_ADDRESS``
+    unset or ``"local"``) rather than joining one that other processes may use."""
+    return (address or os.environ.get("RAY_ADDRESS") or "local") == "local"
 
 
 def _driver_logging() -> dict[str, Any]:
