@@ -25,6 +25,10 @@ go round-robin across jobs (:mod:`aml_ray.actors.fair`).
   closed once no live lease holds it. The clients are owned by the registry (they die with it: a lost
   registry loses its clients, whose jobs then fail and are resumed by the queue); the registry itself
   exits after :data:`REGISTRY_IDLE_S` seconds with no client, and the next acquire starts a new one.
+- private (issue 29): a driver that started its own local cluster (``aml-ray run`` without
+  ``RAY_ADDRESS``) has nobody to share with; ``private=True`` spawns the client in that process without
+  the registry (one actor process less to start before the first Add), and its lease's release closes
+  and kills it.
 """
 
 from __future__ import annotations
