@@ -58,6 +58,7 @@ class TreeCpu:
         self.interval_s = interval_s
         self.seen: dict[int, tuple[str, float]] = {}  # pid -> (name, cpu seconds at its last look)
         self.series: list[tuple[float, float]] = []  # (time.monotonic, total CPU seconds so far)
+        self.snapshots: list[tuple[float, dict[int, float]]] = []  # (time.monotonic, pid -> CPU seconds so far)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -86,13 +87,28 @@ class TreeCpu:
                     self.seen[p.pid] = (name, t.user + t.system)
                 except psutil.Error:
                     pass
-            self.series.append((time.monotonic(), sum(cpu for _, cpu in self.seen.values())))
+            now = time.monotonic()
+            self.series.append((now, sum(cpu for _, cpu in self.seen.values())))
+            self.snapshots.append((now, {pid: cpu for pid, (_, cpu) in self.seen.items()}))
             self._stop.wait(self.interval_s)
 
     def at(self, t: float) -> float:
         """Total CPU seconds at ``t`` (the nearest sample at or before it)."""
         before = [cpu for ts, cpu in self.series if ts <= t]
         return before[-1] if before else 0.0
+
+    def by_name_between(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds per process label between ``t0`` and ``t1`` (the nearest samples at or before each)."""
+        def snap(t: float) -> dict[int, float]:
+            before = [cpu for ts, cpu in self.snapshots if ts <= t]
+            return before[-1] if before else {}
+
+        a, b = snap(t0), snap(t1)
+        out: dict[str, float] = {}
+        for pid, cpu in b.items():
+            name = self.seen.get(pid, ("?", 0.0))[0]
+            out[name] = out.get(name, 0.0) + cpu - a.get(pid, 0.0)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
     def by_name(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -109,7 +125,10 @@ def _process_label(proc) -> str:
         first = (proc.cmdline() or [""])[0]
     except psutil.Error:
         first = ""
-    return first.split(" ")[0] if first.startswith("ray::") else proc.name()
+    if not first.startswith("ray::"):
+        return proc.name()
+    title = first.split(" ")[0]
+    return title.rsplit(".", 1)[0] if title.endswith(("__init__", ")")) or "." in title.split(":")[-1] else title
 
 
 def run_command(base_url: str, samples: int, out: Path, concurrency: int, num_cpus: int) -> dict[str, Any]:
@@ -210,7 +229,10 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         "last_search_to_exit_s": cmd["t_exit"] - last_s,
         "cpu_s": cmd["cpu_s"], "cpu_ms_per_question": 1000 * cmd["cpu_s"] / n_q,
         "cpu_ms_per_question_full_rate": 1000 * full_rate_cpu / max(1, in_window),
-        "cpu_by_process": tree.by_name(), "questions": n_q, "adds": n_adds, "searches": n_searches,
+        "cpu_by_process": tree.by_name(), "questions": n_q,
+        "cpu_ms_per_question_full_rate_by_process": {
+            k: 1000 * v / max(1, in_window) for k, v in tree.by_name_between(first_s, last_s).items() if v > 0},
+        "full_rate_window_s": last_s - first_s, "adds": n_adds, "searches": n_searches,
         "timings": run.get("timings"), "search_latency_ms": run["search"]["latency_ms"],
         "search_queue_ms": run["search"].get("queue_ms"), "add_latency_ms": run["adds"]["latency_ms"],
         "limit": {k: conc.get(k) for k in ("declared", "min", "max", "final")},
@@ -256,6 +278,8 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
                   f"(first to last Search) {r['cpu_ms_per_question_full_rate']:.2f} ms/question")
             top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["cpu_by_process"].items())[:14])
             print(f"  CPU s by process (psutil)        {top}")
+            window = ", ".join(f"{k} {v:.2f}" for k, v in list(r["cpu_ms_per_question_full_rate_by_process"].items())[:10])
+            print(f"  at full rate ({r['full_rate_window_s']:.1f} s), ms/question by process: {window}")
             print(f"  Search latency at the participant p50 {r['search_latency_ms']['p50']:.1f} / p95 "
                   f"{r['search_latency_ms']['p95']:.1f} ms; queue wait p50 {r['search_queue_ms']['p50']:.1f} / p95 "
                   f"{r['search_queue_ms']['p95']:.1f} ms; Add p50 {r['add_latency_ms']['p50']:.1f} ms")
