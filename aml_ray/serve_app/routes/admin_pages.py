@@ -16,6 +16,8 @@ before tokens existed) shows its key to the admin, once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
@@ -85,6 +87,19 @@ def _requests_page(request, session, status: str, *, notice: str | None = None, 
         "new_key": new_key}, status_code=status_code)
 
 
+def _decide(session, action: Callable[[], Any], refused_page: Callable[..., Response]) -> Any:
+    """Run an admin decision in ``session``: its result after a commit, or, when the API refuses it
+    (:data:`REFUSALS`), ``refused_page`` with the refusal's messages after a rollback (nothing is kept)."""
+    try:
+        result = action()
+    except REFUSALS as exc:
+        session.rollback()
+        status_code, messages = refusal_messages(exc)
+        return refused_page(messages=messages, status_code=status_code)
+    session.commit()
+    return result
+
+
 @router.get("/access-requests", response_class=HTMLResponse)
 def access_requests_page(request: Request, session: SessionDep, service: ServiceDep, status: str = "pending") -> Response:
     """Access requests with everything submitted (default: pending)."""
@@ -98,13 +113,10 @@ def approve_request_page(request: Request, request_id: str, session: SessionDep,
     """Approve a request (a new key goes to the submitter's status page, not to this page)."""
     if not _signed_in(request, service):
         return _to_login()
-    try:
-        body = approve_request(request_id, ADMIN_ACTOR, session, service)
-    except REFUSALS as exc:
-        session.rollback()
-        status_code, messages = refusal_messages(exc)
-        return _requests_page(request, session, "pending", messages=messages, status_code=status_code)
-    session.commit()
+    body = _decide(session, lambda: approve_request(request_id, ADMIN_ACTOR, session, service),
+                   partial(_requests_page, request, session, "pending"))
+    if isinstance(body, Response):
+        return body
     notice = f"Approved {request_id}: version {body['version_id']} bound."
     new_key = None
     if "leaderboard_key" in body:
@@ -121,13 +133,10 @@ def reject_request_page(request: Request, request_id: str, session: SessionDep, 
     """Reject a request with a reason (shown to the submitter on the status page)."""
     if not _signed_in(request, service):
         return _to_login()
-    try:
-        reject_request(request_id, Decision(reason=reason.strip()), ADMIN_ACTOR, session)
-    except REFUSALS as exc:
-        session.rollback()
-        status_code, messages = refusal_messages(exc)
-        return _requests_page(request, session, "pending", messages=messages, status_code=status_code)
-    session.commit()
+    done = _decide(session, lambda: reject_request(request_id, Decision(reason=reason.strip()), ADMIN_ACTOR, session),
+                   partial(_requests_page, request, session, "pending"))
+    if isinstance(done, Response):
+        return done
     return _requests_page(request, session, "pending", notice=f"Rejected {request_id}.")
 
 
@@ -160,13 +169,10 @@ def approve_review_page(request: Request, review_id: str, session: SessionDep, s
     """Publish a reviewed result (refused while a gate check failed)."""
     if not _signed_in(request, service):
         return _to_login()
-    try:
-        body = approve(review_id, ADMIN_ACTOR, session)
-    except REFUSALS as exc:
-        session.rollback()
-        status_code, messages = refusal_messages(exc)
-        return _reviews_page(request, session, "pending", messages=messages, status_code=status_code)
-    session.commit()
+    body = _decide(session, lambda: approve(review_id, ADMIN_ACTOR, session),
+                   partial(_reviews_page, request, session, "pending"))
+    if isinstance(body, Response):
+        return body
     return _reviews_page(request, session, "pending", notice=(
         f"Approved {review_id}: published on the {body['track']} board as {body['public_submission_id']}."))
 
@@ -177,13 +183,10 @@ def reject_review_page(request: Request, review_id: str, session: SessionDep, se
     """Reject a reviewed result: it stays private."""
     if not _signed_in(request, service):
         return _to_login()
-    try:
-        reject(review_id, Decision(reason=reason.strip()), ADMIN_ACTOR, session)
-    except REFUSALS as exc:
-        session.rollback()
-        status_code, messages = refusal_messages(exc)
-        return _reviews_page(request, session, "pending", messages=messages, status_code=status_code)
-    session.commit()
+    done = _decide(session, lambda: reject(review_id, Decision(reason=reason.strip()), ADMIN_ACTOR, session),
+                   partial(_reviews_page, request, session, "pending"))
+    if isinstance(done, Response):
+        return done
     return _reviews_page(request, session, "pending", notice=f"Rejected {review_id}: the result stays private.")
 
 
