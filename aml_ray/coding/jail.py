@@ -137,6 +137,13 @@ def _replicate(path: str, root: str) -> None:
         _bind_ro(path, target)
 
 
+def _private_tmpfs(root: str, path: str, mode: str, spec: dict) -> None:
+    """A tmpfs of ``spec['tmp_mb']`` MiB at ``root + path``, owned by the sandbox's user."""
+    os.makedirs(root + path, exist_ok=True)
+    _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode={mode},size={spec['tmp_mb']}m,uid={INNER_UID},gid={INNER_GID}", f"tmpfs {path}")
+
+
 def _build_root(spec: dict) -> str:
     """Steps 4 (module docstring): the new root at ``spec['root']``; returns ``"fresh"`` or ``"empty"`` /proc."""
     root = spec["root"]
@@ -144,6 +151,10 @@ def _build_root(spec: dict) -> str:
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m", "tmpfs root")
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         _replicate(top, root)
+    # the private /tmp and home first: an interpreter prefix under /tmp (a venv in a /tmp checkout) is
+    # then bound on top of the private /tmp instead of being hidden by it
+    _private_tmpfs(root, "/tmp", "1777", spec)
+    _private_tmpfs(root, "/home/sandbox", "0700", spec)
     for path in spec["readonly"]:
         if os.path.exists(path) and not os.path.exists(root + path):
             _bind_ro(path, root + path)
@@ -164,11 +175,7 @@ def _build_root(spec: dict) -> str:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{dev}/{name}")
-    tmp_size = f"size={spec['tmp_mb']}m"
-    for path, mode in (("/dev/shm", "1777"), ("/tmp", "1777"), ("/home/sandbox", "0700")):
-        os.makedirs(root + path, exist_ok=True)
-        _mount("tmpfs", root + path, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"mode={mode},{tmp_size},uid={INNER_UID},gid={INNER_GID}", f"tmpfs {path}")
+    _private_tmpfs(root, "/dev/shm", "1777", spec)
     _bind_rw(spec["repo"], root + "/testbed")
     _bind_rw(spec["out"], root + "/sandbox/out")
     _bind_ro(spec["plugin"], root + "/sandbox/plugin")
