@@ -138,6 +138,9 @@ def remove_unused_run_dir(out: Path, top: Path | None) -> None:
 def check_dataset(opts: RunOptions):
     """The dataset, its file, its counts and both prompts, checked before anything is created.
 
+    A file that leaves the run no scorable question (none at all, or none in the first ``--limit-samples``
+    samples) is refused too (:func:`aml_ray.datasets.validate.require_scorable`).
+
     The file is loaded once: :func:`aml_ray.run.evaluation.evaluate` takes the samples checked here
     (``DatasetSpec.check`` keeps them in the registry).
 
@@ -145,11 +148,13 @@ def check_dataset(opts: RunOptions):
         The dataset's :class:`~aml_ray.datasets.base.DatasetSpec`.
 
     Raises:
-        typer.Exit: code 2 naming the dataset, file, count or prompt that is wrong.
+        typer.Exit: code 2 naming the dataset, file, count or prompt that is wrong, or the file when the run
+            would have no scorable question.
     """
     from aml_ray.config import cache_dir
     from aml_ray.datasets.fetch import DatasetError
     from aml_ray.datasets.registry import check_data_path, get_dataset
+    from aml_ray.datasets.validate import require_scorable
     from aml_ray.prompts import load_prompt
     from aml_ray.suite import verify_loaded_bundle
 
@@ -162,6 +167,8 @@ def check_dataset(opts: RunOptions):
         file, samples = declared.check(opts.data, cache_dir(), opts.allow_hash_mismatch)
         # the suite's count check, as evaluate() makes it (its default suite): a bundle that differs is refused here
         verify_loaded_bundle(declared.name, opts.data or file, samples, allow_hash_mismatch=opts.allow_hash_mismatch)
+        # a run that could score nothing would end 'completed' having measured nothing: an input error
+        require_scorable(samples, opts.data or file, limit_samples=opts.limit_samples)
     except (DatasetError, OSError, ValueError) as exc:
         fail(str(exc))
     return declared

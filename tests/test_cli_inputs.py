@@ -130,6 +130,43 @@ def test_malformed_dataset_file_leaves_an_existing_out_directory_as_it_was(tmp_p
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
 
 
+def _adversarial_only(conversation: dict) -> dict:
+    """conv-26 renamed, every question made category 5 (adversarial: excluded from scoring)."""
+    item = copy.deepcopy(conversation)
+    item["sample_id"] = "conv-adv"
+    item["qa"] = [{**qa, "category": 5} for qa in item["qa"][:4]]
+    return item
+
+
+@pytest.mark.parametrize(("kind", "extra", "phrases"), [
+    ("empty_list", (), ["holds no sample", "a run would measure nothing",
+                        "pass a file with at least one sample that has a scorable question"]),
+    ("adversarial_only", (), ["1 sample(s) hold no scorable question", "4 question(s), every one excluded "
+                              "(4 adversarial)", "a run would measure nothing",
+                              "pass a file with at least one scorable question"]),
+    ("nothing_in_the_limit", ("--limit-samples", "1"),
+     ["the first 1 sample(s) (--limit-samples 1) hold no scorable question", "every one excluded (4 adversarial)",
+      "a run would measure nothing", "the file has 152 scorable question(s) in 2 sample(s)",
+      "raise --limit-samples or drop it"]),
+])
+def test_a_dataset_with_nothing_to_score_is_refused_before_any_directory(tmp_path, conversation, kind, extra,
+                                                                        phrases):
+    """A run that could measure nothing (no sample, or no scorable question in the samples it would run)
+    is an input error (exit 2) naming the file and the fix, before the run directory or the reference
+    system exists; it used to run and end ``completed`` with exit 0."""
+    content = {"empty_list": [], "adversarial_only": [_adversarial_only(conversation)],
+               "nothing_in_the_limit": [_adversarial_only(conversation), conversation]}[kind]
+    data, out = write(tmp_path / f"{kind}.json", content), tmp_path / "run"
+    res = run_cli("--data", str(data), "--allow-hash-mismatch", *extra, "--out", str(out))
+    said = " ".join(res.output.split())  # rich wraps long lines
+    assert res.exit_code == 2, said
+    assert said.startswith("error: ") and f"{data}:" in said.replace(" ", ""), said
+    for phrase in phrases:
+        assert phrase in said, (phrase, said)
+    assert "completed" not in said and "Traceback" not in said
+    assert not out.exists()
+
+
 def test_a_bundle_whose_counts_differ_is_refused_before_any_directory(tmp_path):
     """CL-bench has no pin yet, so its question count is the check: one task is not the release's 1,899."""
     data, out = _clbench(tmp_path), tmp_path / "run"

@@ -11,7 +11,8 @@ e.g. ``locomo10.json: item 0 (sample_id 'conv-26'): field 'qa[3].question': miss
 string``. The item is the entry's 0-based position in the file (``line <n>`` in JSON Lines and CSV
 files) with its id when it has one; the field is its path inside the item. The rules of each layout
 (which fields are required, which values are allowed) are in the adapter's docstring and come from the
-benchmark's MANIFEST.md section; this module only reports them (issue 24, item 7).
+benchmark's MANIFEST.md section; this module only reports them (issue 24, item 7). A file that loads but
+leaves a run no scorable question is refused by :func:`require_scorable` (a run must measure something).
 
 Examples:
     >>> item = Where.item_of(0, {"sample_id": "conv-26", "qa": [{"category": 2}]}, "sample_id")
@@ -28,7 +29,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -264,3 +266,50 @@ def read_json(path: str | os.PathLike[str], kind: Kind, what: str) -> Any:
     with in_file(path):
         Where("top level").check(value, kind, what)
     return value
+
+
+def require_scorable(samples: Sequence[Any], file: str | os.PathLike[str], *,
+                     limit_samples: int | None = None) -> int:
+    """Refuse a dataset that would give a run nothing to measure: no sample, or no scorable question.
+
+    A run of such a file (``[]``, a file whose every question is excluded, or ``--limit-samples N`` whose
+    first N samples hold only excluded questions) would Add, find nothing to score and end ``completed``
+    without having measured anything; it is an input error instead, found before a run is created.
+
+    Examples:
+        >>> require_scorable([], "locomo10.json")
+        Traceback (most recent call last):
+        ...
+        aml_ray.datasets.validate.DatasetFormatError: locomo10.json: holds no sample; a run would measure nothing: pass a file with at least one sample that has a scorable question
+
+    Args:
+        samples: the adapter's samples (:class:`~aml_ray.datasets.base.Sample`), the whole file.
+        file: the dataset file, named in the message.
+        limit_samples: the run's ``--limit-samples`` (only the first N samples run), or None.
+
+    Returns:
+        The number of scorable questions the run would score (> 0).
+
+    Raises:
+        DatasetFormatError: nothing to score; the message names the file, why (excluded questions counted
+            by reason) and the fix.
+    """
+    run = list(samples if limit_samples is None else samples[:limit_samples])
+    scorable = sum(q.excluded_reason is None for s in run for q in s.questions)
+    if scorable:
+        return scorable
+    if not samples:
+        raise DatasetFormatError("holds no sample; a run would measure nothing: pass a file with at least one "
+                                 "sample that has a scorable question", file=file)
+    reasons = Counter(q.excluded_reason for s in run for q in s.questions)
+    n = sum(reasons.values())
+    why = (f"{n} question(s), every one excluded ({', '.join(f'{k} {r}' for r, k in sorted(reasons.items()))})"
+           if n else "no question at all")
+    total = sum(q.excluded_reason is None for s in samples for q in s.questions)
+    if len(run) < len(samples) and total:
+        raise DatasetFormatError(
+            f"the first {len(run)} sample(s) (--limit-samples {limit_samples}) hold no scorable question ({why}); "
+            f"a run would measure nothing: the file has {total} scorable question(s) in {len(samples)} sample(s): "
+            "raise --limit-samples or drop it", file=file)
+    raise DatasetFormatError(f"its {len(samples)} sample(s) hold no scorable question ({why}); a run would measure "
+                             "nothing: pass a file with at least one scorable question", file=file)
