@@ -271,6 +271,18 @@ def test_cli_passes_against_reference_with_bearer_and_never_prints_the_secret(re
     assert doc["participant"]["auth"] == "Bearer" and "secret" not in doc["participant"]
 
 
+def test_cli_json_reports_the_timeout_the_checks_used(reference):
+    """``--json`` describes the participant as the battery addressed it: the per-request timeout is the
+    ``--timeout-s`` given (else the check's default of 60 s), never the evaluation's 1,800 s."""
+    args = cli_args(reference.add_url, reference.search_url, "--health-url", reference.health_url,
+                    "--only", "health", "--only", "add_shape", "--json")
+    given = CliRunner().invoke(app, [*args, "--timeout-s", "5"])
+    default = CliRunner().invoke(app, args)
+    assert given.exit_code == 0 and default.exit_code == 0, (given.output, default.output)
+    assert json.loads(given.output)["participant"]["timeout_s"] == 5.0
+    assert json.loads(default.output)["participant"]["timeout_s"] == CheckOptions().timeout_s == 60.0
+
+
 def test_cli_exit_1_names_field_and_fix_and_redacts_a_secret_echoed_by_the_participant():
     with BadParticipant("unknown_user_404", "success_string", auth="Bearer", secret=SECRET) as bp:
         res = CliRunner().invoke(app, cli_args(bp.base_url + "/add", bp.base_url + "/search", "--auth",

@@ -52,7 +52,7 @@ def check_command(
     from rich.console import Console
 
     from aml_ray.actors.participant import ParticipantSpec
-    from aml_ray.conformance.probe import CheckOptions
+    from aml_ray.conformance.probe import CheckOptions, checked_spec
     from aml_ray.conformance.report import render
     from aml_ray.conformance.runner import exit_code, run_checks_sync, summary
 
@@ -72,12 +72,14 @@ def check_command(
     except ValidationError as exc:
         first = exc.errors()[0]
         _usage(f"{'.'.join(map(str, first['loc'])) or 'participant'}: {first['msg']}")
+    options = CheckOptions(timeout_s=timeout_s)
     try:
-        results = run_checks_sync(spec, options=CheckOptions(timeout_s=timeout_s), only=only)
+        results = run_checks_sync(spec, options=options, only=only)
     except ValueError as exc:
         _usage(str(exc))
-    if json_output:
-        print(json.dumps({"participant": spec.describe(), "results": [r.to_dict() for r in results],
+    if json_output:  # the participant as the checks addressed it: the timeout they used (--timeout-s)
+        print(json.dumps({"participant": checked_spec(spec, options).describe(),
+                          "results": [r.to_dict() for r in results],
                           "summary": summary(results)}, ensure_ascii=False, indent=2))
     else:
         console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)

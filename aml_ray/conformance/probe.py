@@ -193,6 +193,21 @@ class RawHTTP:
         return RawReply(resp.status_code, body, text, resp.headers.get("retry-after"), None, elapsed)
 
 
+def checked_spec(spec: ParticipantSpec, options: CheckOptions) -> ParticipantSpec:
+    """The participant version as the battery addresses it: ``spec`` with the checks' bounded retry policy
+    (``options.retry``) and per-request timeout (the smaller of ``spec.timeout_s`` and ``options.timeout_s``).
+
+    Its ``describe()`` is what a report names as the participant (``aml-ray check --json``), so the report
+    gives the timeout the checks used, not the evaluation's default of 1,800 s.
+
+    Examples:
+        >>> spec = ParticipantSpec(add_url="http://127.0.0.1:9/add", search_url="http://127.0.0.1:9/search")
+        >>> spec.timeout_s, checked_spec(spec, CheckOptions(timeout_s=5.0)).timeout_s
+        (1800.0, 5.0)
+    """
+    return spec.model_copy(update={"retry": options.retry, "timeout_s": min(spec.timeout_s, options.timeout_s)})
+
+
 class Probe:
     """The participant as the checks see it.
 
@@ -210,8 +225,7 @@ class Probe:
         self.retries = RetryLog()
         # every client made from self.spec (a wrong-key copy too) notes its retries in self.retries
         policy = CountingRetryPolicy.wrapping(options.retry, self.retries)
-        self.spec = spec.model_copy(update={"retry": policy,
-                                            "timeout_s": min(spec.timeout_s, options.timeout_s)})
+        self.spec = checked_spec(spec, options).model_copy(update={"retry": policy})
         self.secret = spec.secret.get_secret_value() if spec.secret else None
         self.run = secrets.token_hex(4)
         self.client = ParticipantClient(self.spec)
