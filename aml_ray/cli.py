@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from aml_ray.cli_common import console, fail
+from aml_ray.cli_common import console, err, fail
 
 app = typer.Typer(help="aml-ray: evaluate agent memory systems through the AML Add/Search contract.",
                   pretty_exceptions_enable=False,  # rich tracebacks print locals, which may hold secrets
@@ -127,22 +127,31 @@ def compare(
                                                "compared with the first.")],
     json_output: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON (with the ids of the "
                                               "questions that flipped) instead of tables.")] = False,
+    allow_different_size: Annotated[bool, typer.Option(
+        "--allow-different-size", help="Compare runs of different sizes (samples, scorable questions) on the "
+                                       "questions both hold; the output marks it.")] = False,
 ) -> None:
     """Compare runs question by question: per category the accuracy difference with a paired bootstrap
     interval, McNemar's exact test and the questions that flipped (aml_ray.compare).
 
     Refuses (exit 2), naming each differing entry, runs whose dataset, prompts, models, Top K, judge runs,
-    context budget or stream checkpoints differ.
+    context budget or stream checkpoints differ, and runs of different sizes (samples or scorable
+    questions, both named) unless --allow-different-size.
     """
     import json
 
-    from aml_ray.compare import compare_runs, render_comparison
+    from aml_ray.compare import compare_runs, different_size_note, render_comparison
     from aml_ray.run.evidence import EvidenceError
 
     try:
-        result = compare_runs(runs)
+        result = compare_runs(runs, allow_different_size=allow_different_size)
     except (FileNotFoundError, ValueError, EvidenceError) as exc:
         fail(str(exc))
+    for comparison in result["comparisons"]:  # allowed, and said on stderr too (JSON says "different_size")
+        if comparison["different_size"]:
+            err.print("[bold yellow]warning:[/] ", end="")
+            err.print(f"{comparison['other']['label']} against {comparison['base']['label']}: "
+                      f"{different_size_note(comparison)}", markup=False, highlight=False)
     if json_output:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

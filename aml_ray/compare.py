@@ -8,9 +8,13 @@ Each run after the first is compared with the first (the base), question by ques
   with :class:`NotComparable`, which names every differing entry with both values: a score difference must
   come from the memory systems, not from what the platform measured (DESIGN.md: "everything else is
   locked"). A retrieval-only run has no verdict to compare and is refused too.
+- **Runs of the same size.** The runs' sizes (run.json ``dataset.samples`` and
+  ``dataset.scorable_questions``, :data:`SIZE_ENTRIES`) must be equal too: 10 samples against 2 (another
+  ``--limit-samples``) is refused with both sizes named, unless ``allow_different_size`` (``aml-ray compare
+  --allow-different-size``); then the result says ``different_size`` and the table's title marks it.
 - **Matching.** Questions are matched on ``(sample_id, question_id)``, excluded questions left out. Only
   matched questions are compared; those in one run only are counted (``only_in_base`` /
-  ``only_in_other``), e.g. when one run was limited to fewer samples or ended partial.
+  ``only_in_other``), e.g. when one run ended partial or runs of different sizes were allowed.
 - **Credit** per question as in the score table (:func:`aml_ray.scoring.aggregate.with_credit`): 1 for
   CORRECT (or the scorer's partial credit), 0 for WRONG and for every error.
 - **Per category and overall**: each run's accuracy over the matched questions, the difference
@@ -48,6 +52,11 @@ COMPARABLE_ENTRIES: tuple[tuple[str, ...], ...] = (
     ("models", "judge", "model"), ("models", "judge", "temperature"),
     ("top_k",), ("judge_runs",), ("context_budget_tokens",), ("stream_checkpoints",), ("retrieval_only",),
 )
+
+#: run.json entries that give a run's size: samples run and their scorable questions (after --limit-samples).
+SIZE_ENTRIES: tuple[tuple[str, ...], ...] = (("dataset", "samples"), ("dataset", "scorable_questions"))
+#: What the command line offers to compare runs of different sizes anyway.
+ALLOW_DIFFERENT_SIZE = "--allow-different-size"
 
 #: Question evidence columns a comparison reads (never the memories, answers or judge texts).
 QUESTION_COLUMNS = ("sample_id", "question_id", "category", "excluded", "status", "verdict", "score")
@@ -132,6 +141,52 @@ def differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
             if _entry(base, p) != _entry(other, p)]
 
 
+def run_size(info: dict[str, Any]) -> dict[str, int | None]:
+    """A run's size from its run.json: ``{"samples": n, "scorable_questions": n}`` (None where not recorded).
+
+    Examples:
+        >>> run_size({"dataset": {"samples": 2, "scorable_questions": 304, "questions": 380}})
+        {'samples': 2, 'scorable_questions': 304}
+    """
+    return {path[-1]: _entry(info, path) for path in SIZE_ENTRIES}
+
+
+def describe_size(size: dict[str, int | None]) -> str:
+    """``"10 sample(s), 1540 scorable question(s)"`` (``?`` for a count run.json does not record)."""
+    def n(key: str) -> str:
+        return "?" if size[key] is None else str(size[key])
+
+    return f"{n('samples')} sample(s), {n('scorable_questions')} scorable question(s)"
+
+
+def size_difference(base: dict[str, Any], other: dict[str, Any]) -> str | None:
+    """How two run.json objects differ in size (:data:`SIZE_ENTRIES`), or None when they do not.
+
+    A count that one run does not record (a run.json of an older aml-ray) is not compared.
+
+    Examples:
+        >>> size_difference({"dataset": {"samples": 10, "scorable_questions": 1540}},
+        ...                 {"dataset": {"samples": 2, "scorable_questions": 304}})
+        'size: 10 sample(s), 1540 scorable question(s) != 2 sample(s), 304 scorable question(s)'
+        >>> size_difference({"dataset": {"samples": 2}}, {"dataset": {"samples": 2}}) is None
+        True
+    """
+    a, b = run_size(base), run_size(other)
+    if all(a[k] is None or b[k] is None or a[k] == b[k] for k in a):
+        return None
+    return f"size: {describe_size(a)} != {describe_size(b)}"
+
+
+def refusals(base: dict[str, Any], other: dict[str, Any], *, allow_different_size: bool = False) -> list[str]:
+    """Why two runs may not be compared: :func:`differences`, then their :func:`size_difference` (with the
+    option that allows it) unless ``allow_different_size``. Empty when they may."""
+    found = differences(base, other)
+    size = None if allow_different_size else size_difference(base, other)
+    if size:
+        found.append(f"{size}; pass {ALLOW_DIFFERENT_SIZE} to compare the questions both runs hold")
+    return found
+
+
 def mcnemar_exact(gained: int, lost: int) -> float:
     """Two-sided exact McNemar p-value from the discordant pair counts.
 
@@ -177,25 +232,30 @@ def _category_order(categories: list[str]) -> list[str]:
     return numbered + sorted(c for c in categories if not c.lstrip("-").isdigit())
 
 
-def compare_pair(base: LoadedRun, other: LoadedRun, *, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, Any]:
+def compare_pair(base: LoadedRun, other: LoadedRun, *, resamples: int = RESAMPLES, seed: int = SEED,
+                 allow_different_size: bool = False) -> dict[str, Any]:
     """Compare ``other`` with ``base`` on their matched questions (module rules).
 
     Args:
         base / other: loaded runs (:func:`load_run`).
         resamples / seed: of the paired bootstrap (defaults :data:`~aml_ray.scoring.bootstrap.RESAMPLES`,
             :data:`~aml_ray.scoring.bootstrap.SEED`).
+        allow_different_size: compare runs whose sizes differ (:data:`SIZE_ENTRIES`) on the questions both hold.
 
     Returns:
-        ``{"base", "other", "matched", "only_in_base", "only_in_other", "rows", "flipped"}``: ``rows`` one
-        dict per category of the base run then ``"overall"`` (keys ``category``, ``n``, ``accuracy_base``,
-        ``accuracy_other``, ``difference`` (other - base), ``difference_ci_low`` / ``_high``, ``gained``,
-        ``lost``, ``p_value``, ``test``); ``flipped`` ``{"gained": [...], "lost": [...]}`` with
-        ``{"question_id", "sample_id", "category", "credit_base", "credit_other"}`` per flipped question.
+        ``{"base", "other", "sizes", "different_size", "matched", "only_in_base", "only_in_other", "rows",
+        "flipped"}``: ``sizes`` ``{"base": {...}, "other": {...}}`` (:func:`run_size`), ``different_size``
+        true when they differ (only possible when allowed); ``rows`` one dict per category of the base run
+        then ``"overall"`` (keys ``category``, ``n``, ``accuracy_base``, ``accuracy_other``, ``difference``
+        (other - base), ``difference_ci_low`` / ``_high``, ``gained``, ``lost``, ``p_value``, ``test``);
+        ``flipped`` ``{"gained": [...], "lost": [...]}`` with ``{"question_id", "sample_id", "category",
+        "credit_base", "credit_other"}`` per flipped question.
 
     Raises:
-        NotComparable: a :data:`COMPARABLE_ENTRIES` entry differs (all of them named), or no question matches.
+        NotComparable: a :data:`COMPARABLE_ENTRIES` entry differs (all of them named), the sizes differ and
+            ``allow_different_size`` is off (both sizes named), or no question matches.
     """
-    diffs = differences(base.info, other.info)
+    diffs = refusals(base.info, other.info, allow_different_size=allow_different_size)
     if diffs:
         raise NotComparable(base.name, other.name, diffs)
     keys = ["sample_id", "question_id"]
@@ -212,7 +272,9 @@ def compare_pair(base: LoadedRun, other: LoadedRun, *, resamples: int = RESAMPLE
                      resamples=resamples, seed=seed))
     columns = ["question_id", "sample_id", "category", "credit_base", "credit_other"]
     return {
-        "base": base.describe(), "other": other.describe(), "matched": joined.height,
+        "base": base.describe(), "other": other.describe(),
+        "sizes": {"base": run_size(base.info), "other": run_size(other.info)},
+        "different_size": size_difference(base.info, other.info) is not None, "matched": joined.height,
         "only_in_base": base.questions.height - joined.height, "only_in_other": other.questions.height - joined.height,
         "rows": rows,
         "flipped": {"gained": joined.filter(pl.col("credit_other") > pl.col("credit_base")).select(columns).to_dicts(),
@@ -220,12 +282,14 @@ def compare_pair(base: LoadedRun, other: LoadedRun, *, resamples: int = RESAMPLE
     }
 
 
-def compare_runs(paths: Sequence[Path], *, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, Any]:
+def compare_runs(paths: Sequence[Path], *, resamples: int = RESAMPLES, seed: int = SEED,
+                 allow_different_size: bool = False) -> dict[str, Any]:
     """Compare every run after the first with the first (what ``aml-ray compare`` prints).
 
     Args:
         paths: two or more run directories; ``paths[0]`` is the base.
         resamples / seed: of the paired bootstrap.
+        allow_different_size: compare runs whose sizes differ from the base's (``--allow-different-size``).
 
     Returns:
         ``{"dataset", "bootstrap", "comparisons"}``: the dataset name, the bootstrap's method
@@ -234,15 +298,17 @@ def compare_runs(paths: Sequence[Path], *, resamples: int = RESAMPLES, seed: int
 
     Raises:
         ValueError: fewer than two paths.
-        NotComparable: some run differs from the base; the message names every differing entry of every
-            such run (checked before any question is compared).
+        NotComparable: some run differs from the base, or has another size unless ``allow_different_size``;
+            the message names every differing entry (both sizes) of every such run (checked before any
+            question is compared).
         FileNotFoundError / aml_ray.run.evidence.EvidenceError: as :func:`load_run`.
     """
     if len(paths) < 2:
         raise ValueError(f"give at least two run directories to compare, got {len(paths)}")
     runs = [load_run(p) for p in paths]
     base = runs[0]
-    refused = [(r, d) for r in runs[1:] if (d := differences(base.info, r.info))]
+    refused = [(r, d) for r in runs[1:]
+               if (d := refusals(base.info, r.info, allow_different_size=allow_different_size))]
     if len(refused) == 1:
         raise NotComparable(base.name, refused[0][0].name, refused[0][1])
     if refused:  # every refused run, each difference prefixed with the run it belongs to
@@ -250,7 +316,8 @@ def compare_runs(paths: Sequence[Path], *, resamples: int = RESAMPLES, seed: int
                             [f"{r.name}: {d}" for r, ds in refused for d in ds])
     return {"dataset": _entry(base.info, ("dataset", "name")),
             "bootstrap": {**describe(), "resamples": resamples, "seed": seed, "paired": True},
-            "comparisons": [compare_pair(base, other, resamples=resamples, seed=seed) for other in runs[1:]]}
+            "comparisons": [compare_pair(base, other, resamples=resamples, seed=seed,
+                                         allow_different_size=allow_different_size) for other in runs[1:]]}
 
 
 def p_text(p: float) -> str:
@@ -265,9 +332,18 @@ def p_text(p: float) -> str:
     return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
 
 
+def different_size_note(comparison: dict[str, Any]) -> str:
+    """``DIFFERENT SIZES: A 1 sample(s), ...; B 2 sample(s), ...: only the N questions both hold are
+    compared``: how a :func:`compare_pair` result of runs of different sizes is marked (table title, warning)."""
+    sizes = comparison["sizes"]
+    return (f"DIFFERENT SIZES: A {describe_size(sizes['base'])}; B {describe_size(sizes['other'])}: only the "
+            f"{comparison['matched']} questions both hold are compared")
+
+
 def render_comparison(comparison: dict[str, Any], *, category_names: dict[str, str] | None = None):
     """A rich table of one :func:`compare_pair` result: per category both accuracies, the difference
-    with its interval, the flips and the p-value."""
+    with its interval, the flips and the p-value; runs of different sizes are marked in the title
+    (:func:`different_size_note`)."""
     from rich.table import Table
 
     def num(x: float | None, sign: bool = False) -> str:
@@ -278,7 +354,10 @@ def render_comparison(comparison: dict[str, Any], *, category_names: dict[str, s
                f"{comparison['only_in_other']}); B - A with its paired 95 % percentile bootstrap interval "
                f"({RESAMPLES:,} question resamples, seed {SEED}); gained = right in B only, lost = right in A only; "
                "p: McNemar's exact test (exact sign test with partial credit)")
-    t = Table(title=f"A = {base}\nB = {other}", caption=caption)
+    title = f"A = {base}\nB = {other}"
+    if comparison.get("different_size"):
+        title += "\n" + different_size_note(comparison)
+    t = Table(title=title, caption=caption)
     for col in ("category", "n", "A", "B", "B - A [95 % CI]", "gained", "lost", "p"):
         t.add_column(col, justify="left" if col == "category" else "right")
     for r in comparison["rows"]:

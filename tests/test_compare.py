@@ -103,6 +103,24 @@ def test_differences_name_every_entry():
         compare_pair(_run({"q": 1.0}), _run({"p": 1.0}))
 
 
+def test_runs_of_different_sizes_are_refused_unless_allowed():
+    """10 samples against 2: refused by default, naming both sizes; allowed, the result says so."""
+    ten = {"name": "locomo", "sha256": "x", "samples": 10, "scorable_questions": 1540}
+    two = {**ten, "samples": 2, "scorable_questions": 304}
+    base, other = _run({"q1": 1.0, "q2": 0.0}, dataset=ten), _run({"q1": 1.0, "q2": 1.0}, dataset=two)
+    with pytest.raises(NotComparable) as refused:
+        compare_pair(base, other)
+    assert str(refused.value) == (
+        "runs run (r) and run (r) are not comparable: size: 10 sample(s), 1540 scorable question(s) != 2 sample(s), "
+        "304 scorable question(s); pass --allow-different-size to compare the questions both runs hold")
+    c = compare_pair(base, other, allow_different_size=True)
+    assert c["different_size"] is True and c["matched"] == 2
+    assert c["sizes"] == {"base": {"samples": 10, "scorable_questions": 1540},
+                          "other": {"samples": 2, "scorable_questions": 304}}
+    same = compare_pair(base, _run({"q1": 1.0}, dataset=dict(ten)))
+    assert same["different_size"] is False
+
+
 # --- two real runs ----------------------------------------------------------------------------------------
 
 
@@ -189,6 +207,43 @@ def test_cli_compare_tables_and_json(runs):
     data = json.loads(res.output)
     assert data["comparisons"][0]["rows"][-1]["p_value"] < 1e-6
     assert data["comparisons"][0]["flipped"]["lost"][0]["question_id"].startswith("conv-26:q")
+
+
+@pytest.fixture(scope="module")
+def two_sample_run(tmp_path_factory, locomo_file, ray_session):
+    """conv-26 and conv-30 (2 samples) against the empty participant: a run twice the size of ``runs``'."""
+    out = tmp_path_factory.mktemp("compare_two") / "empty2"
+    with ThreadServer(_empty_app()) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=out, data_path=locomo_file,
+                                  limit_samples=2, run_label="empty2", participant_label="empty", **OFFLINE))
+    return out
+
+
+def test_cli_compare_refuses_runs_of_different_sizes_unless_allowed(runs, two_sample_run):
+    bm25, _ = runs
+    other = json.loads((two_sample_run / "run.json").read_text())["dataset"]
+    assert other["samples"] == 2 and other["scorable_questions"] > 152
+    sizes = (f"1 sample(s), 152 scorable question(s) != 2 sample(s), {other['scorable_questions']} scorable "
+             "question(s)")
+    res = CliRunner().invoke(app, ["compare", str(bm25), str(two_sample_run)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, text
+    assert "not comparable" in text and sizes in text and "--allow-different-size" in text
+    res = CliRunner().invoke(app, ["compare", "--allow-different-size", str(bm25), str(two_sample_run)])
+    table, warning = " ".join(res.stdout.split()), " ".join(res.stderr.split())
+    assert res.exit_code == 0, res.output
+    marked = (f"DIFFERENT SIZES: A 1 sample(s), 152 scorable question(s); B 2 sample(s), "
+              f"{other['scorable_questions']} scorable question(s): only the 152 questions both hold are compared")
+    assert marked in table and "152 matched questions" in table  # in the table's title, beside the caption
+    assert f"only in B {other['scorable_questions'] - 152}" in table
+    assert warning.startswith("warning: empty2") and marked in warning
+    res = CliRunner().invoke(app, ["compare", "--json", "--allow-different-size", str(bm25), str(two_sample_run)])
+    assert res.exit_code == 0 and marked in " ".join(res.stderr.split())
+    c = json.loads(res.stdout)["comparisons"][0]
+    assert c["different_size"] is True and c["matched"] == 152
+    assert c["sizes"]["other"] == {"samples": 2, "scorable_questions": other["scorable_questions"]}
+    assert c["only_in_other"] == other["scorable_questions"] - 152
 
 
 def test_cli_compare_refuses_runs_that_differ(runs, tmp_path):
