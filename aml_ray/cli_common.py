@@ -10,14 +10,36 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import typer
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
 
-# Wide enough for the score table when output is a file or a CI log (rich defaults to 80 columns there).
-console = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+#: Columns of output to a file, a pipe or a CI log when ``COLUMNS`` does not say: wide enough for the score
+#: table (rich would use 80 there).
+PIPE_WIDTH = 120
+
+
+def console_width(stream: TextIO) -> int | None:
+    """The width the command line renders at on ``stream``: ``COLUMNS`` when it is set to a positive number
+    (the user's width, also when the output is a pipe or a file), else None on a terminal (rich measures
+    it), else :data:`PIPE_WIDTH`. Rich itself reads ``COLUMNS`` only when given no width, so a fixed width
+    for pipes used to hide it (``COLUMNS=80 aml-ray run ... | tee log`` printed 120-column tables).
+    """
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if stream.isatty() else PIPE_WIDTH
+
+
+def make_console(*, stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr) at :func:`console_width`: every table of the command line fits it."""
+    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout))
+
+
+console = make_console()
+err = make_console(stderr=True)
 
 REFERENCE_PREFIX = "reference:"
 #: Exit codes of ``aml-ray run`` (README, "Exit codes"): the run completed; the run failed (the participant

@@ -8,7 +8,6 @@ suite's aggregation rule, whose text is the caption.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +124,7 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         top_k / context_budget / judge_runs: the run's values; those that differ from the suite's are
             reported as deviations from the release baseline.
         limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.run.evaluation.SuiteConfig`.
-        console: where to print (default: stdout).
+        console: where to print (default: stdout at the command line's width, ``COLUMNS`` when set).
 
     Returns:
         The :class:`~aml_ray.run.evaluation.SuiteResult`.
@@ -135,12 +134,13 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         FileExistsError: ``out`` already holds a suite run.
         ValueError: an unknown bundle name.
     """
+    from aml_ray.cli_common import make_console
     from aml_ray.datasets.registry import DATASETS
     from aml_ray.run.evaluation import SuiteConfig, evaluate_suite
     from aml_ray.suite import datasets_dir as resolve_datasets_dir
     from aml_ray.suite import load_suite
 
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    console = console or make_console()
     suite = load_suite(name)
     root = resolve_datasets_dir(datasets_dir)
     offline = answer.offline or judge.offline
