@@ -12,9 +12,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from aml_ray.cli_common import console, err, fail
+from aml_ray.cli_common import CommandGroup, console, err, fail
 
 app = typer.Typer(help="aml-ray: evaluate agent memory systems through the AML Add/Search contract.",
+                  cls=CommandGroup,  # an unknown option is named with the command's --help, no far-off guesses
                   pretty_exceptions_enable=False,  # rich tracebacks print locals, which may hold secrets
                   no_args_is_help=True, add_completion=False,
                   rich_markup_mode=None)  # click's plain help: wraps at 80 columns without cutting option names

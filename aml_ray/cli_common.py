@@ -7,14 +7,22 @@ back (issue 30: the cli <-> coding/cli import circle).
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
 import typer
 from pydantic import SecretStr, ValidationError
 from rich.console import Console
+from typer.core import TyperGroup
+
+try:  # typer (pinned in pyproject.toml) carries its own click: its parser raises this class
+    from typer._click.exceptions import NoSuchOption
+except ImportError:  # a typer that uses click itself
+    from click.exceptions import NoSuchOption
 
 #: Columns of output to a file, a pipe or a CI log when ``COLUMNS`` does not say: wide enough for the score
 #: table (rich would use 80 there).
@@ -52,6 +60,62 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     """Print ``error: message`` to stderr and exit with ``code`` (default: a usage or input error)."""
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
+
+
+def close_options(name: str, options: Iterable[str], *, cutoff: float = 0.75) -> list[str]:
+    """The long options of ``options`` whose names are like ``name``, best first (at most 3).
+
+    Likeness is difflib's ratio of the names without their dashes (click compares them with the dashes,
+    so ``--bogus`` was "like" ``--out``).
+
+    Examples:
+        >>> close_options("--dataset-x", ["--data", "--dataset", "--datasets-dir", "--out"])
+        ['--dataset', '--datasets-dir']
+        >>> close_options("--bogus", ["--out", "--verbose", "--auth"])
+        []
+    """
+    bare = {o.lstrip("-"): o for o in options if o.startswith("--")}
+    return [bare[m] for m in difflib.get_close_matches(name.lstrip("-"), list(bare), n=3, cutoff=cutoff)]
+
+
+def unknown_option_message(name: str, ctx: typer.Context) -> str:
+    """``No such option: --bogus. 'aml-ray run --help' lists the options.``, with ``Did you mean --x?`` before
+    the help when an option of the command is close (:func:`close_options`)."""
+    options = [o for p in ctx.command.get_params(ctx) for o in (*p.opts, *p.secondary_opts)]
+    close = close_options(name, options)
+    suggest = f" Did you mean {', '.join(close[:-1])} or {close[-1]}?" if len(close) > 1 else (
+        f" Did you mean {close[0]}?" if close else "")
+    return f"No such option: {name}.{suggest} '{ctx.command_path} --help' lists the options."
+
+
+class _UnknownOption(NoSuchOption):
+    """An unknown option, said by :func:`unknown_option_message`."""
+
+
+def _said_plainly(exc: NoSuchOption) -> NoSuchOption:
+    if isinstance(exc, _UnknownOption) or exc.ctx is None:
+        return exc
+    return _UnknownOption(exc.option_name, unknown_option_message(exc.option_name, exc.ctx), ctx=exc.ctx)
+
+
+class CommandGroup(TyperGroup):
+    """The ``aml-ray`` group: an unknown option, its own or any subcommand's, names the option, suggests only
+    close ones and points at the command's ``--help`` (:func:`unknown_option_message`); click suggested the
+    likest options whatever they were (``--bogus``: "Possible options: --out, --verbose")."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """Parse the group's own options (an unknown one is said plainly)."""
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            raise _said_plainly(exc) from None
+
+    def invoke(self, ctx: typer.Context):
+        """Run the subcommand (an unknown option of it, or of a nested group's command, is said plainly)."""
+        try:
+            return super().invoke(ctx)
+        except NoSuchOption as exc:
+            raise _said_plainly(exc) from None
 
 
 def participant_spec(participant: str, add_url, search_url, auth: str, secret_env: str | None,

@@ -85,6 +85,28 @@ def test_unknown_reference_system_is_refused_before_any_directory(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("args", "error"), [
+    (["run", "--bogus"], "Error: No such option: --bogus. 'aml-ray run --help' lists the options."),
+    (["run", "--dataset-x", "locomo"], "Error: No such option: --dataset-x. Did you mean --dataset or "
+                                       "--datasets-dir? 'aml-ray run --help' lists the options."),
+    (["run", "--limit-sample", "1"], "Error: No such option: --limit-sample. Did you mean --limit-samples? "
+                                     "'aml-ray run --help' lists the options."),
+    (["compare", "--jsno", "a", "b"], "Error: No such option: --jsno. Did you mean --json? "
+                                      "'aml-ray compare --help' lists the options."),
+    (["datasets", "verify", "--bogus"], "Error: No such option: --bogus. 'aml-ray datasets verify --help' "
+                                        "lists the options."),
+])
+def test_an_unknown_option_is_named_with_the_help_to_read(args, error):
+    """click suggested options by likeness of the whole string, dashes included: ``--bogus`` got "(Possible
+    options: --out, --verbose)". Only a close name is suggested now, and the error names the command's help."""
+    res = CliRunner().invoke(app, args, env=OFFLINE_ENV, prog_name="aml-ray")
+    assert res.exit_code == 2, res.output
+    lines = res.output.splitlines()
+    assert lines[-1] == error, res.output
+    assert lines[0].startswith(f"Usage: aml-ray {' '.join(a for a in args[:2] if not a.startswith('-'))} ")
+    assert "Possible options" not in res.output and "Traceback" not in res.output
+
+
 def _malformed(conversation: dict, kind: str) -> tuple[str, list[str]]:
     """A malformed locomo10.json text and the phrases its error must contain (besides the file)."""
     item = json.loads(json.dumps(conversation))
