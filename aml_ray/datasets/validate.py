@@ -277,10 +277,10 @@ def require_scorable(samples: Sequence[Any], file: str | os.PathLike[str], *,
     without having measured anything; it is an input error instead, found before a run is created.
 
     Examples:
-        >>> require_scorable([], "locomo10.json")
+        >>> require_scorable([], "locomo10.json")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        aml_ray.datasets.validate.DatasetFormatError: locomo10.json: holds no sample; a run would measure nothing: pass a file with at least one sample that has a scorable question
+        aml_ray.datasets.validate.DatasetFormatError: locomo10.json: holds no sample; a run would measure nothing: ...
 
     Args:
         samples: the adapter's samples (:class:`~aml_ray.datasets.base.Sample`), the whole file.
