@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import bpe_openai
-
 DEFAULT_ENCODING = "o200k_base"  # gpt-4o / gpt-4o-mini / gpt-4.1 family
 
 #: The longest token of o200k_base and cl100k_base, in UTF-8 bytes (runs of 128 spaces or dashes); a
@@ -41,7 +39,13 @@ CACHED_CHARS = 16_384
 
 @lru_cache(maxsize=16)
 def encoding_for(model: str):
-    """The encoding of ``model``; unknown models (and the offline ones) use ``o200k_base``."""
+    """The encoding of ``model``; unknown models (and the offline ones) use ``o200k_base``.
+
+    ``bpe_openai`` is imported here, on the first count, not with this module: its import builds the
+    encodings (about 0.4 s), which the driver, importing the pipeline's stages, never uses (issue 29).
+    """
+    import bpe_openai
+
     try:
         return bpe_openai.encoding_for_model(model)
     except Exception:  # noqa: BLE001 - bpe_openai raises UnsupportedModelError/KeyError variants

@@ -17,11 +17,18 @@ least as many tokens as the gold, else ``exp(1 - gold_len / pred_len)``.
 from __future__ import annotations
 
 import re
-
-from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+from functools import cache
 
 _WORD = re.compile(r"\w+")
-_SMOOTHING = SmoothingFunction().method1
+
+
+@cache
+def _nltk_bleu():
+    """``(sentence_bleu, smoothing method1)``, imported on the first score: nltk's import takes about
+    0.14 s, which a driver that only imports the scoring modules never needs (issue 29)."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    return sentence_bleu, SmoothingFunction().method1
 
 
 def bleu_tokens(text: str) -> list[str]:
@@ -60,7 +67,6 @@ def bleu1(prediction: str, gold: str | int | float) -> float:
     reference = bleu_tokens(gold)
     if not hypothesis or not reference:
         return 0.0
-    score = sentence_bleu(
-        [reference], hypothesis, weights=(1, 0, 0, 0), smoothing_function=_SMOOTHING
-    )
+    sentence_bleu, smoothing = _nltk_bleu()
+    score = sentence_bleu([reference], hypothesis, weights=(1, 0, 0, 0), smoothing_function=smoothing)
     return float(score)
