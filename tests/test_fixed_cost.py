@@ -8,7 +8,10 @@ against a dead endpoint in the second test.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -41,7 +44,7 @@ def test_the_preflight_runs_while_ray_starts(tmp_path, locomo_file, monkeypatch)
         seen["preflight saw Ray starting"] = ray_starting.wait(GUARD_S)
         return PreflightReport(user_id=f"eval:{run_id}:{dataset}:preflight")
 
-    def fake_init_ray(*, num_cpus=None):
+    def fake_init_ray(*, num_cpus=None, **kw):
         ray_starting.set()
         seen["Ray start saw the pre-flight"] = preflight_running.wait(GUARD_S)
         seen["Ray start on the calling thread"] = threading.current_thread() is threading.main_thread()
@@ -66,7 +69,7 @@ def test_a_failed_preflight_beside_the_ray_start_fails_the_run_and_stops_that_ra
     import ray
 
     calls: list[str] = []
-    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None: calls.append("init") or True)
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None, **kw: calls.append("init") or True)
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -95,7 +98,7 @@ def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_
     def no_registry(method, *args, **kw):
         raise AssertionError(f"the registry was asked to {method}")
 
-    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None: True)
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None, **kw: True)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.setattr(shared, "_call", no_registry)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -109,3 +112,36 @@ def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_
     assert info["search"]["failed"] == 0 and info["participant_concurrency"]["replies"] > 0
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not [n for n in names if "-private-" in n], names  # the run's own client was killed at the end
+
+
+def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
+    """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS, the raylet
+    and the log monitor only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started. Ray's
+    own start methods are put back after the start. In a process of its own (one Ray per process)."""
+    code = ("import ray\n"
+            "from ray._private import node, worker\n"
+            "from aml_ray.run.ray_runtime import init_ray\n"
+            "saved = node.Node.start_monitor\n"
+            "assert init_ray(num_cpus=1, private=True)\n"
+            "assert ray.get(ray.remote(lambda: 41 + 1).options(num_cpus=0).remote()) == 42\n"
+            "print(sorted(worker._global_node.all_processes), node.Node.start_monitor is saved)\n"
+            "ray.shutdown()\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['gcs_server', 'log_monitor', 'raylet'] True"
+
+
+def test_evaluate_refuses_a_dataset_with_nothing_to_score_before_any_run_file(tmp_path, monkeypatch):
+    """Service jobs and suite bundles call evaluate() without the command line's check: an empty dataset
+    is refused there too (it used to run and end ``completed``), with no run.json and no Ray start."""
+    from aml_ray.datasets.validate import DatasetFormatError
+
+    monkeypatch.setattr(evaluation, "init_ray", lambda **kw: False)
+    data = tmp_path / "empty.json"
+    data.write_text("[]")
+    cfg = config(tmp_path, data, "http://127.0.0.1:9")
+    cfg.allow_hash_mismatch = True
+    with pytest.raises(DatasetFormatError, match="holds no sample; a run would measure nothing"):
+        evaluate(cfg)
+    assert not (tmp_path / "run" / "run.json").exists()

@@ -26,6 +26,7 @@ import aml_ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
+from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.run.inputs import build_inputs, read_sample_files
@@ -34,7 +35,8 @@ from aml_ray.run.outcome import run_outcome
 from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, preflight
 from aml_ray.prompts import load_prompt
-from aml_ray.run.ray_runtime import init_ray, is_local_address
+from aml_ray.run.head_start import HeadStart
+from aml_ray.run.ray_runtime import init_ray, is_local_address, starts_own_cluster
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
@@ -267,6 +269,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             participant differ (:func:`check_resumable`).
         aml_ray.run.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
         aml_ray.datasets.fetch.DatasetError: the dataset file is missing, unreachable or has another hash.
+        aml_ray.datasets.validate.DatasetFormatError: the samples the run would take hold no scorable question
+            (:func:`aml_ray.datasets.validate.require_scorable`); nothing is written.
         StageFailed: the run failed (:mod:`aml_ray.run.outcome`): the pre-flight failed, a contract error, a
             non-retryable participant status or the failure budget stopped it, or its evidence shows a
             memory of another user_id or no scored question; run.json is written first with
@@ -278,19 +282,24 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     timings: dict[str, float] = {}
-    prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg), num_cpus=num_cpus, timings=timings,
-                                               command_t0=command_t0)
+    # a cluster of its own: the driver sends the first Adds while Ray starts (aml_ray.run.head_start)
+    head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
+                     on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
+        if starts_own_cluster() else None
+    try:
+        prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg, head=head, on_progress=on_progress),
+                                                   num_cpus=num_cpus, timings=timings, command_t0=command_t0)
+    except BaseException:
+        if head is not None:
+            head.stop()
+        raise
     spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info = prepared
-    if on_progress:
-        model_total = 0 if cfg.retrieval_only else inputs.n_scorable
-        on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
-                               "answer": model_total, "judge": model_total})
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
         questions = run_pipeline(
             inputs, run_dir=run_dir, answer=cfg.answer, judge=cfg.judge,
-            participant=cfg.participant.model_copy(update={"media": media}) if media else cfg.participant,
+            participant=_with_media(cfg.participant, media),
             media_root=str(run_dir.media) if media else None,
             image_tokens=media.image_tokens if media else "openai_tiles",
             answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
@@ -299,19 +308,25 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
             participant_key=cfg.participant_key,
             retrieval_only=cfg.retrieval_only, report=pipeline_report,
             private_cluster=started_ray and is_local_address(),  # a cluster of its own: nothing to share
+            head_start=head,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
         info.update(status="failed", error=exc.summary, failure=exc.failure, wall_s=round(time.time() - command_t0, 3),
                     wall_covers=WALL_COVERS, timings=timings, **pipeline_report,
+                    **({"head_start": head.describe()} if head is not None else {}),
                     finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise
     finally:
+        if head is not None:
+            head.stop()
         if started_ray:
             import ray
 
             ray.shutdown()
+    if head is not None:
+        pipeline_report["head_start"] = head.describe()
     timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
     t_scoring = time.perf_counter()
     # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
@@ -362,11 +377,19 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
 
 
-def _prepare(cfg: EvaluationConfig):
+def _with_media(participant: ParticipantSpec, media) -> ParticipantSpec:
+    """The participant's spec with the run's media limits (a multimodal run), else as it is."""
+    return participant.model_copy(update={"media": media}) if media else participant
+
+
+def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
+             on_progress: Callable[[str, dict[str, int]], None] | None = None):
     """What a run needs before its pipeline: the dataset checked and loaded, inputs, prompts, run.json, pre-flight.
 
     Runs beside the Ray start (:func:`prepare_beside_ray`); raises what :func:`evaluate` documents for these
     steps (a failed pre-flight as :class:`StageFailed`, run.json written with ``status="failed"`` first).
+    Once the pre-flight passed, the progress totals go to ``on_progress`` and ``head`` (when given) starts
+    sending the first Adds (:mod:`aml_ray.run.head_start`).
 
     Returns:
         ``(spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info)``.
@@ -391,6 +414,9 @@ def _prepare(cfg: EvaluationConfig):
     # the suite's count check (aml_ray.suite): refuses a pinned or unpinned bundle whose counts differ
     bundle_info = verify_loaded_bundle(spec.name, cfg.data_path or data_file, samples,
                                        allow_hash_mismatch=cfg.allow_hash_mismatch, suite=cfg.suite)
+    # nothing to score would end 'completed' having measured nothing: refused before run.json (service jobs,
+    # suites and library calls; the command line checks it before its run directory exists)
+    require_scorable(samples, cfg.data_path or data_file, limit_samples=cfg.limit_samples)
     if cfg.limit_samples is not None:
         if cfg.limit_samples < 1:
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
@@ -443,6 +469,12 @@ def _prepare(cfg: EvaluationConfig):
                     wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise StageFailed(str(exc), failure=failure) from None
+    if on_progress:
+        model_total = 0 if cfg.retrieval_only else inputs.n_scorable
+        on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
+                               "answer": model_total, "judge": model_total})
+    if head is not None:
+        head.start(_with_media(cfg.participant, media), inputs, run_dir)
     return spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info
 
 
@@ -487,7 +519,7 @@ def prepare_beside_ray(prepare: Callable[[], Any], *, num_cpus: int | None, timi
     thread.start()
     t_ray = time.perf_counter()
     try:
-        started = init_ray(num_cpus=num_cpus)
+        started = init_ray(num_cpus=num_cpus, private=True)
     finally:
         timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
         thread.join()
@@ -793,7 +825,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
                     context_budget_tokens=cfg.context_budget_tokens or suite.context_budget_tokens,
                     judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
                 progress = (lambda kind, values, _n=bundle.name: on_progress(_n, kind, values)) if on_progress else None
-                started_ray = init_ray(num_cpus=num_cpus) or started_ray
+                started_ray = init_ray(num_cpus=num_cpus, private=True) or started_ray
                 try:
                     result = evaluate(ecfg, on_progress=progress)
                 except FileNotFoundError as exc:

@@ -25,6 +25,7 @@ from aml_ray.actors.shared import acquire_model_client, acquire_participant_clie
 from aml_ray.config import ModelEndpoint
 from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, finish_add_journals,
                               read_questions)
+from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
@@ -162,6 +163,18 @@ def error_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:MAX_CAUSE_CHARS]
 
 
+def _hand_over(tracker, head_start: HeadStart, stop: threading.Event) -> None:
+    """Stop ``head_start`` once the Ingest stage asks to take over, or once ``stop`` is set (the pipeline
+    ended first), then release the Ingest stage (:meth:`aml_ray.run.progress.ProgressTracker.take_over`)."""
+    import ray
+
+    wanted = tracker.wait_wanted.remote()
+    while not stop.is_set() and not ray.wait([wanted], timeout=0.2)[0]:
+        pass
+    head_start.stop()
+    tracker.release.remote()
+
+
 def run_pipeline(
     inputs: PipelineInputs,
     *,
@@ -185,6 +198,7 @@ def run_pipeline(
     participant_key: str | None = None,
     report: dict | None = None,
     private_cluster: bool = False,
+    head_start: HeadStart | None = None,
 ) -> pl.DataFrame:
     """Run the Ray Data job and write question evidence; Ray must be initialised.
 
@@ -218,6 +232,9 @@ def run_pipeline(
         private_cluster: this driver started its own local cluster (no other process can reach it): the
             client actors are spawned here, not through the cluster's registry actor (one worker start
             less before the first Add; :mod:`aml_ray.actors.shared`, issue 29).
+        head_start: the driver's head start, sending Adds since before Ray started
+            (:mod:`aml_ray.run.head_start`): stopped when the Ingest stage asks to take over (or when the
+            pipeline ends first), so one client sends the participant's traffic at a time.
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
@@ -235,7 +252,8 @@ def run_pipeline(
     opts = options or PipelineOptions()
     use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
     # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
-    tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote()
+    tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote(
+        head_start=head_start is not None)
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor.
@@ -290,6 +308,10 @@ def run_pipeline(
     writer = QuestionWriter(run_dir)
     writer.write(iter_excluded(inputs))
     stop = threading.Event()
+    handover = None
+    if head_start is not None:
+        handover = threading.Thread(target=_hand_over, args=(tracker, head_start, stop), daemon=True)
+        handover.start()
     poller = None
     if on_progress is not None:
         def poll() -> None:
@@ -311,6 +333,8 @@ def run_pipeline(
         stop.set()
         if poller is not None:
             poller.join(timeout=2)
+        if handover is not None:
+            handover.join()
         if on_progress is not None:
             on_progress(ray.get(tracker.snapshot.remote()))
         if report is not None:

@@ -9,6 +9,7 @@ or per half second instead of two per sample.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,14 +18,37 @@ from collections.abc import Callable
 class ProgressTracker:
     """Counts finished units per stage (``add``, ``search``, ``answer``, ``judge``); a Ray actor at run time.
 
+    Args:
+        head_start: the driver's head start is sending Adds (:mod:`aml_ray.run.head_start`): the Ingest
+            stage's :meth:`take_over` waits for the driver's :meth:`release`.
+
     It also keeps the first stage failure (a contract error or a non-retryable participant status) as
     plain data, because Ray Data re-wraps UDF exceptions as text and the driver must still name the field.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, head_start: bool = False) -> None:
         self._done: Counter[str] = Counter()
         self._keyed: dict[tuple[str, str], int] = {}
         self._failure: dict | None = None
+        self._head_start = head_start  # the driver's head start sends Adds until released (aml_ray.run.head_start)
+        self._wanted = asyncio.Event()  # the Ingest stage asked to take over
+        self._released = asyncio.Event()  # the head start stopped: its Adds are journalled
+
+    async def take_over(self) -> None:
+        """The Ingest stage's call before its first Add: returns once the head start (if any) stopped and
+        its Adds are journalled, at once when there is none."""
+        if self._head_start:
+            self._wanted.set()
+            await self._released.wait()
+
+    async def wait_wanted(self) -> None:
+        """The driver's call: returns once the Ingest stage asked to take over (:meth:`take_over`)."""
+        await self._wanted.wait()
+
+    def release(self) -> None:
+        """The driver's call after the head start stopped: the Ingest stage goes on (:meth:`take_over`)."""
+        self._head_start = False
+        self._released.set()
 
     def record_failure(self, failure: dict) -> None:
         """Keep the first failure: ``{"kind", "summary", "field"?, "status"?, "request_id"}``."""

@@ -21,6 +21,7 @@ Without a call (tests, the service, scripts) the ``ray`` logger prints warnings 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -94,12 +95,14 @@ def _filter_native_stderr() -> None:
     threading.Thread(target=forward, name="aml-ray-stderr", daemon=True).start()
 
 
-def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool:
+def init_ray(*, num_cpus: int | None = None, address: str | None = None, private: bool = False) -> bool:
     """Initialise Ray unless it already is.
 
     Args:
         num_cpus: CPUs for a local cluster (default: all of the machine's).
         address: a cluster address; default ``$RAY_ADDRESS`` or a new local cluster.
+        private: a new local cluster serves this process's runs and nothing else: it starts without the
+            autoscaler monitor and the API server (:func:`_private_head`). Ignored when joining a cluster.
 
     Returns:
         True when this call started Ray (the caller then shuts it down), False when Ray was running.
@@ -117,9 +120,52 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
         tmp = os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "aml-ray"))
         Path(tmp).mkdir(parents=True, exist_ok=True)
         kwargs.update(num_cpus=num_cpus, _temp_dir=tmp)
-    ray.init(address=address, **kwargs)
+    with _private_head() if local and private else contextlib.nullcontext():
+        ray.init(address=address, **kwargs)
     _quiet_ray_data()
     return True
+
+
+#: The head node's processes a private cluster does without (:func:`_private_head`).
+PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
+
+
+@contextmanager
+def _private_head() -> Iterator[None]:
+    """While Ray starts a local head node, skip its autoscaler monitor and its API server (issue 29).
+
+    A cluster that ``aml-ray run`` (or a suite run) starts for itself has nothing to autoscale and nobody calling the
+    dashboard's or the state API. Both are Python processes of the head node: on 2 cores their start is
+    CPU the Ray start and the first Adds share, each takes CPU every second while the run goes on, and the
+    monitor does not exit on SIGTERM, so ``ray.shutdown()`` waits 1 s for it before killing it (measured:
+    docs/benchmarks.md). ``ray.init`` has no argument for either (Ray 2.60's ``RayParams.no_monitor`` is not
+    passed through), so :class:`ray._private.node.Node`'s two start methods are replaced while the head
+    starts, and put back after; with another Ray version (the methods gone or renamed) nothing is replaced.
+    """
+    try:
+        from ray._private import node
+    except ImportError:  # pragma: no cover - another Ray layout: the default start
+        yield
+        return
+    saved = {name: getattr(node.Node, name, None) for name in PRIVATE_HEAD_SKIPS}
+    if any(method is None for method in saved.values()):
+        yield
+        return
+    for name in PRIVATE_HEAD_SKIPS:
+        setattr(node.Node, name, lambda self, *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(node.Node, name, method)
+
+
+def starts_own_cluster(address: str | None = None) -> bool:
+    """Whether :func:`init_ray` with ``address`` would start a new local cluster now: Ray is not running in
+    this process (not imported, or not initialised) and the address is local (:func:`is_local_address`)."""
+    ray = sys.modules.get("ray")
+    running = ray is not None and getattr(ray, "is_initialized", lambda: False)()
+    return not running and is_local_address(address)
 
 
 def is_local_address(address: str | None = None) -> bool:

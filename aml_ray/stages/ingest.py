@@ -6,6 +6,10 @@ and leave this stage searched. Search is not a Ray Data operator of its own: a s
 cost CPU per question (a second copy of every row through the object store and an actor) and an actor
 start (measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
 
+Head start (:mod:`aml_ray.run.head_start`): on a cluster of its own, the driver sends the first Adds while
+Ray starts; before its first sample this stage waits for them to be journalled
+(:meth:`aml_ray.run.progress.ProgressTracker.take_over`) and goes on from the journals.
+
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;
 only the others are sent. A sample whose Parquet evidence exists sends no Add at all. The journals become
 Parquet evidence when the run's traffic is over (:func:`aml_ray.run.evidence.finish_add_journals`, by the
@@ -36,7 +40,9 @@ from aml_ray.stages._common import StageStopped, searched_questions, stop_on
 from aml_ray.stages.search import search_rows
 
 
-def _evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
+def add_evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
+    """One finished Add's journal row (:data:`aml_ray.run.evidence.ADD_SCHEMA`) from its AddRequest dict ``add``,
+    its chunk metadata ``meta`` and the client's outcome ``o`` (:meth:`~aml_ray.actors.participant.ParticipantClient.add`)."""
     return {"sample_id": sample_id, "chunk_index": meta["chunk_index"], "n_words": meta["n_words"],
             "request_id": add["request_id"], "user_id": add["user_id"], "session_id": add["session_id"],
             "n_messages": len(add["messages"]), "request_sha256": o["request_sha256"], "status": o["status"],
@@ -118,6 +124,7 @@ class IngestStage:
         self.budget = FailureBudget()
         self._journalled: dict[str, int] = {}  # sample -> its Adds in the journal (a resumed run's included)
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
+        self._taken_over = False  # the driver's head start handed its Adds over (ProgressTracker.take_over)
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         """Send ``adds`` in order through the client, journalling each outcome as it arrives.
@@ -133,12 +140,12 @@ class IngestStage:
         try:
             if len(adds) == 1:
                 for outcome in await self.participant.add_sample.remote(adds, sample_id, token):
-                    await self._journal(journal, _evidence_row(sample_id, adds[0], meta[0], outcome))
+                    await self._journal(journal, add_evidence_row(sample_id, adds[0], meta[0], outcome))
                 return
             i = 0
             async for ref in self.participant.add_stream.remote(adds, sample_id, token):
                 outcome = await ref
-                await self._journal(journal, _evidence_row(sample_id, adds[i], meta[i], outcome))
+                await self._journal(journal, add_evidence_row(sample_id, adds[i], meta[i], outcome))
                 i += 1
         except Exception as exc:
             def record(outcome: dict[str, Any]) -> str | None:
@@ -147,7 +154,7 @@ class IngestStage:
                 j = next((k for k, a in enumerate(adds) if a["request_id"] == outcome["request_id"]), None)
                 if j is None:
                     return None
-                row = {**_evidence_row(sample_id, adds[j], meta[j], outcome), "contract": outcome["contract"]}
+                row = {**add_evidence_row(sample_id, adds[j], meta[j], outcome), "contract": outcome["contract"]}
                 return StopLog(self.run_dir).append("add", row)
 
             await stop_on(exc, self.tracker, record)
@@ -196,6 +203,10 @@ class IngestStage:
         # table goes out when the last one is done. A failing sample cancels the others (TaskGroup).
         if self.samples_at_once is not None and self._slots is None:
             self._slots = asyncio.Semaphore(self.samples_at_once)
+        if not self._taken_over:  # before any journal is read: the driver's head start may still be adding
+            if self.tracker is not None:
+                await self.tracker.take_over.remote()
+            self._taken_over = True
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._held(row)) for row in batch.to_pylist()]

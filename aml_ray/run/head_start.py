@@ -1,0 +1,161 @@
+"""Head start: the driver sends the first Adds while Ray and the pipeline's actors start (issue 29).
+
+A run on a cluster of its own waits seconds before its Ingest actor sends the first Add: the Ray start
+(GCS, raylet, prestarted workers) and the worker processes of the pipeline's actors, all CPU work on a
+small machine (docs/benchmarks.md, issue 29). Nothing in an Add needs Ray, so the driver sends them
+meanwhile, with the run's own :class:`~aml_ray.actors.participant.ParticipantClient` code (same auth,
+limits, retries and contract checks) in a thread with its own event loop, and journals each finished Add
+in the sample's Add journal (:class:`aml_ray.run.evidence.AddJournal`), the same rows the Ingest stage
+writes.
+
+Handover: the Ingest actor, before its first sample, asks the run's tracker to take over
+(:meth:`aml_ray.run.progress.ProgressTracker.take_over`); the driver then stops the head start (no new
+Add; the ones in flight finish and are journalled) and releases the tracker, and the Ingest stage goes on
+from the journals as a resumed run does (each sample's finished chunks are skipped). One client owns the
+participant's traffic at a time, so no Add is sent twice and the declared in-flight limit holds.
+
+What it sends: each sample's Adds up to its first Streaming step (all of them when the sample has no
+Streaming step), so a step's Searches still see exactly the sessions before them; samples in input order,
+up to ``samples_at_once`` of them at once (the pipeline's ``ingest_parallelism``), each in order. It
+stops at the first Add that did not succeed: a failed Add (retries exhausted) is journalled as the Ingest
+stage journals one, so it is evidence and counts in the run's outcome; an Add whose reply broke the
+contract or had a status that is not retried is not journalled, so the Ingest stage sends it again and
+stops the run with its evidence (a participant acknowledges a repeated request_id without a duplicate:
+seeds, the Add contract).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
+from aml_ray.contract import AddRequest
+from aml_ray.media import media_context
+from aml_ray.run.evidence import AddJournal, RunDir
+from aml_ray.run.inputs import PipelineInputs, read_sample_files, sample_questions
+from aml_ray.stages.ingest import add_evidence_row, segments
+
+
+class HeadStart:
+    """The first Adds of a run, sent from the driver while Ray starts; stopped at the handover.
+
+    Args:
+        samples_at_once: samples sent at once (each sample's Adds stay in order).
+        on_adds: called with the number of Adds journalled so far (each sample's journal included), from
+            the head start's thread, after each one; for a progress display.
+
+    Use: made before the run's preparation; :meth:`start` once the inputs exist; :meth:`stop` (idempotent,
+    waits for the Adds in flight; after it, :meth:`start` sends nothing); :meth:`describe` for run.json.
+    """
+
+    def __init__(self, *, samples_at_once: int = 16, on_adds: Callable[[int], None] | None = None):
+        self.samples_at_once = max(1, samples_at_once)
+        self.on_adds = on_adds
+        self.spec: ParticipantSpec | None = None
+        self.inputs: PipelineInputs | None = None
+        self.run_dir: RunDir | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self.sent = 0  # Adds sent and journalled by the head start
+        self.failed = 0  # of them, not ok
+        self.samples: set[str] = set()  # samples it sent an Add of
+        self.journalled = 0  # Adds in the journals of the samples it looked at (earlier ones included)
+        self.ended: str | None = None  # why it ended: "handover", "done" or the error that stopped it
+        self.ran_s: float | None = None
+        self.stop_wait_s: float | None = None
+
+    def start(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir) -> HeadStart:
+        """Start sending ``inputs``' first Adds to ``spec``'s participant in a daemon thread; returns ``self``.
+
+        Args:
+            spec: the participant version (with the run's media limits for a multimodal run).
+            inputs: the run's inputs (:func:`aml_ray.run.inputs.build_inputs`).
+            run_dir: the run directory (the Add journals).
+        """
+        self.spec, self.inputs, self.run_dir = spec, inputs, run_dir
+        if self._stop.is_set():
+            return self
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, name="aml-ray-head-start", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Send no new Add and wait until the Adds in flight are journalled (the handover)."""
+        self._stop.set()
+        if self._thread is None:
+            return
+        t = time.perf_counter()
+        self._thread.join()
+        if self.stop_wait_s is None:
+            self.stop_wait_s = round(time.perf_counter() - t, 3)
+
+    def describe(self) -> dict[str, Any]:
+        """What the head start did, for run.json: ``{"adds", "failed", "samples", "ran_s", "stop_wait_s", "ended"}``
+        (``ran_s``: seconds from its start to its end; ``stop_wait_s``: what the handover waited
+        for the Adds in flight)."""
+        return {"adds": self.sent, "failed": self.failed, "samples": len(self.samples), "ran_s": self.ran_s,
+                "stop_wait_s": self.stop_wait_s, "ended": self.ended}
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+            self.ended = self.ended or ("handover" if self._stop.is_set() else "done")
+        except Exception as exc:  # noqa: BLE001 - the Ingest stage sends the Add again and reports its error
+            self.ended = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self.ran_s = round(time.perf_counter() - self._t0, 3)
+
+    async def _main(self) -> None:
+        client = ParticipantClient(self.spec)
+        slots = asyncio.Semaphore(self.samples_at_once)
+
+        async def one(path: str) -> None:
+            async with slots:
+                if not self._stop.is_set():
+                    await self._sample(client, path)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for path in self.inputs.sample_paths():
+                    group.create_task(one(path))
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        finally:
+            await client.aclose()
+
+    async def _sample(self, client: ParticipantClient, path: str) -> None:
+        """One sample's Adds up to its first Streaming step, in order, each journalled as it returns."""
+        table = read_sample_files([path])
+        row = table.drop_columns(["questions"]).to_pylist()[0]
+        sid = row["sample_id"]
+        adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
+        steps = {s for s in sample_questions(table).column("step").to_pylist() if s is not None}
+        first = segments(meta, steps)[0][0] if meta else []
+        journal = AddJournal(self.run_dir, sid)
+        done = {r["chunk_index"] for r in journal.rows()}
+        self.journalled += len(done)
+        ctx = media_context(self.spec.media)
+        for p in first:
+            if self._stop.is_set():
+                return
+            if meta[p]["chunk_index"] in done:
+                continue
+            self.samples.add(sid)
+            outcome = await client.add(AddRequest.model_validate(adds[p], context=ctx))
+            journal.append(add_evidence_row(sid, adds[p], meta[p], outcome))
+            self.sent += 1
+            self.journalled += 1
+            if self.on_adds is not None:
+                self.on_adds(self.journalled)
+            if outcome["status"] != "ok":  # the failure budget and the run's error are the pipeline's
+                self.failed += 1
+                self.ended = f"an Add failed: {outcome.get('error')}"[:300]
+                self._stop.set()
+                return

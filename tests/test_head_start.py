@@ -1,0 +1,183 @@
+"""Issue 29, the fixed cost: the driver sends the first Adds while Ray starts, and hands over without a
+duplicate (aml_ray.run.head_start).
+
+Against real loopback participants: scripts/loopback_servers.py in its own process (it counts the
+requests it served and the most it held at once), and small FastAPI apps in a thread for the failing
+ones. The run in the first test uses the session's Ray: ``init_ray`` is replaced by a "slow Ray start"
+that returns only once Adds have been journalled, which the old order (every Add from the Ingest actor,
+after the Ray start) can never do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import polars as pl
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+import aml_ray.run.evaluation as evaluation
+from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.config import model_endpoint_from_env
+from aml_ray.datasets.registry import get_dataset
+from aml_ray.ids import IdScheme
+from aml_ray.retry import RetryPolicy
+from aml_ray.run.evaluation import EvaluationConfig, evaluate
+from aml_ray.run.evidence import AddJournal, RunDir, read_adds
+from aml_ray.run.inputs import build_inputs
+from scripts.loopback_servers import ServerProcess
+from tests.servers import ThreadServer
+
+OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+#: Only a guard against a hang (never reached when the head start works).
+GUARD_S = 20
+
+
+def journalled(run_dir: RunDir) -> int:
+    """Add journal lines written so far, over every sample."""
+    return sum(len(p.read_text().splitlines()) for p in run_dir.adds.glob("*.jsonl")) if run_dir.adds.exists() else 0
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_first_adds_go_while_ray_starts_and_no_add_is_sent_twice(tmp_path, locomo_file, monkeypatch):
+    """Adds are journalled before the Ray start returns; then every chunk's Add reached the participant once
+    (the server's count is the chunks plus the pre-flight probe) and never more than the declared 2 at once."""
+    run_dir = RunDir(tmp_path / "run")
+    seen: dict[str, int] = {}
+
+    def slow_ray_start(*, num_cpus=None, **kw):
+        deadline = time.monotonic() + GUARD_S
+        while journalled(run_dir) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        seen["adds journalled before Ray started"] = journalled(run_dir)
+        seen["a private cluster"] = kw.get("private")
+        return False  # the session's Ray: nothing to shut down
+
+    monkeypatch.setattr(evaluation, "init_ray", slow_ray_start)
+    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: True, raising=False)  # as on a CLI's first start
+    with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "120", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               max_in_flight=2, adaptive_concurrency=False)
+        result = evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=run_dir.root,
+                                           data_path=locomo_file, limit_samples=2, **OFFLINE))
+        stats = server.stats()
+    info = result.run_info
+    assert seen["adds journalled before Ray started"] >= 5
+    assert seen["a private cluster"] is True  # started without the monitor and API server (test_fixed_cost.py)
+    assert info["status"] == "completed", info.get("error")
+    chunks = info["dataset"]["chunks"]
+    assert stats["n"]["add"] == chunks + 1  # each chunk once, and the pre-flight's probe
+    assert stats["max_in_flight"] <= 2  # one client at a time held the declared limit
+    head = info["head_start"]
+    assert head["adds"] >= 5 and head["failed"] == 0 and head["ended"] in ("handover", "done")
+    adds = read_adds(run_dir)
+    assert adds.height == chunks and adds.select("sample_id", "chunk_index").n_unique() == chunks
+    assert (adds["status"] == "ok").all()
+
+
+def _head_start(**kw):
+    from aml_ray.run.head_start import HeadStart  # here: the first test also runs on a tree without it
+
+    return HeadStart(**kw)
+
+
+def _inputs(tmp_path, locomo_file, **kw):
+    spec = get_dataset("locomo")
+    samples = spec.load(locomo_file)[:2]
+    return build_inputs(samples, IdScheme("headstart", "locomo"), out_dir=tmp_path / "run" / "inputs", **kw)
+
+
+def _wait_for(predicate, guard_s: float = GUARD_S) -> None:
+    deadline = time.monotonic() + guard_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_stop_waits_for_the_adds_in_flight_and_journals_each_once_in_order(tmp_path, locomo_file):
+    """Stopped mid-way: every Add the participant received is journalled (none in flight is lost or left to
+    be sent again), each sample's journal holds its first chunks in order, and nothing is sent after stop()."""
+    run_dir = RunDir(tmp_path / "run")
+    inputs = _inputs(tmp_path, locomo_file)
+    with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "150", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               max_in_flight=4, adaptive_concurrency=False)
+        head = _head_start(samples_at_once=2).start(spec, inputs, run_dir)
+        _wait_for(lambda: journalled(run_dir) >= 3)
+        head.stop()
+        received = server.stats()["n"]["add"]
+        time.sleep(0.5)  # longer than an Add: one sent after stop() would have arrived
+        assert server.stats()["n"]["add"] == received
+    rows = {sid: AddJournal(run_dir, sid).rows() for sid in (p.stem for p in run_dir.adds.glob("*.jsonl"))}
+    assert sum(len(r) for r in rows.values()) == received == head.sent
+    for sid, sample_rows in rows.items():
+        assert [r["chunk_index"] for r in sample_rows] == list(range(len(sample_rows))), sid
+        assert all(r["status"] == "ok" and r["attempts"] == 1 for r in sample_rows)
+    assert head.describe()["ended"] == "handover" and head.describe()["stop_wait_s"] is not None
+    assert received < inputs.n_chunks  # stopped mid-way, not after everything
+
+
+def test_streaming_a_sample_is_added_only_up_to_its_first_step(tmp_path, locomo_file):
+    """A Streaming step's Searches must see exactly the sessions before it: the head start sends no Add
+    past a sample's first step, and ends by itself (``done``)."""
+    run_dir = RunDir(tmp_path / "run")
+    inputs = _inputs(tmp_path, locomo_file, stream_checkpoints=[0.5])
+    with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        head = _head_start().start(spec, inputs, run_dir)
+        _wait_for(lambda: head.ran_s is not None)
+        head.stop()
+    assert head.ended == "done"
+    expected = 0
+    for i in range(inputs.n_samples):
+        row = inputs.sample_row(i)
+        meta = json.loads(row["add_meta_json"])
+        first_step = min(q["step"] for q in row["questions"] if q["step"] is not None)
+        before = [m["chunk_index"] for m in meta if m["session_index"] <= first_step]
+        assert 0 < len(before) < len(meta)
+        assert [r["chunk_index"] for r in AddJournal(run_dir, row["sample_id"]).rows()] == before
+        expected += len(before)
+    assert head.sent == expected
+
+
+def _failing_participant(add_reply) -> FastAPI:
+    app = FastAPI()
+    calls: list[str] = []
+    app.state.calls = calls
+
+    @app.post("/add")
+    async def add(request: Request):
+        body = await request.json()
+        calls.append(body["request_id"])
+        return add_reply(body)
+
+    return app
+
+
+@pytest.mark.parametrize("case", ["503", "contract"])
+def test_the_head_start_stops_at_the_first_add_that_did_not_succeed(tmp_path, locomo_file, case):
+    """A failed Add (retries exhausted) is journalled as evidence and ends the head start; an Add whose reply
+    broke the contract is not journalled (the Ingest stage sends it again and stops the run with its
+    evidence), and the head start ends naming the error."""
+    run_dir = RunDir(tmp_path / "run")
+    inputs = _inputs(tmp_path, locomo_file)
+    if case == "503":
+        app = _failing_participant(lambda body: JSONResponse({"error": "busy"}, status_code=503))
+    else:
+        app = _failing_participant(lambda body: JSONResponse({"success": True, "request_id": "not-" + body["request_id"],
+                                                              "user_id": body["user_id"], "session_id": body["session_id"]}))
+    with ThreadServer(app) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               max_in_flight=1, retry=RetryPolicy(max_attempts=1))
+        head = _head_start(samples_at_once=1).start(spec, inputs, run_dir)
+        _wait_for(lambda: head.ran_s is not None)
+        head.stop()
+    assert len(app.state.calls) == 1  # it stopped at the first
+    journal = pl.DataFrame([r for p in run_dir.adds.glob("*.jsonl") for r in AddJournal(run_dir, p.stem).rows()])
+    if case == "503":
+        assert journal.height == 1 and journal["status"][0] == "error" and journal["http_status"][0] == 503
+        assert head.failed == 1 and head.ended.startswith("an Add failed")
+    else:
+        assert journal.height == 0 and head.sent == 0
+        assert head.ended.startswith("ContractError") and "request_id" in head.ended
