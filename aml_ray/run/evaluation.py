@@ -214,12 +214,18 @@ WALL_COVERS = ("the whole command: from the process start (interpreter, imports,
 
 
 def process_started_at() -> float:
-    """This process's start as a ``time.time()`` value (Linux ``/proc``); now where it cannot be read."""
+    """This process's start as a ``time.time()`` value (Linux ``/proc``); now where it cannot be read.
+
+    The start is in clock ticks since boot (``/proc/self/stat``, 10 ms); the boot is ``time.time()`` less
+    ``/proc/uptime`` (10 ms), not ``/proc/stat``'s ``btime``, whose whole seconds put the start up to 1 s
+    early (a run's ``wall_s`` above the time it really took).
+    """
     try:
         ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        with open("/proc/uptime") as fh:
+            boot = time.time() - float(fh.read().split()[0])
+        return min(boot + ticks / os.sysconf("SC_CLK_TCK"), time.time())
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 
@@ -321,13 +327,15 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     finally:
         if head is not None:
             head.stop()
+        timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
         if started_ray:
             import ray
 
+            t_shutdown = time.perf_counter()
             ray.shutdown()
+            timings["ray_shutdown_s"] = round(time.perf_counter() - t_shutdown, 3)
     if head is not None:
         pipeline_report["head_start"] = head.describe()
-    timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
     t_scoring = time.perf_counter()
     # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
     adds = read_adds(run_dir)
