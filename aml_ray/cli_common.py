@@ -54,6 +54,8 @@ REFERENCE_PREFIX = "reference:"
 #: or the contract stopped it, it ended partial, or a bundle of the suite failed); a usage or input error
 #: (bad arguments or a bad dataset file, found before anything is created; click's own usage errors are 2 too).
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE = 0, 1, 2
+#: Ctrl-C: 128 + SIGINT, as a shell reports a command a signal ended.
+EXIT_INTERRUPTED = 130
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:

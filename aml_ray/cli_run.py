@@ -21,8 +21,8 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from aml_ray.cli_common import (EXIT_RUN_FAILED, EXIT_USAGE, REFERENCE_PREFIX, console, err, fail, open_participant,
-                                participant_spec)
+from aml_ray.cli_common import (EXIT_INTERRUPTED, EXIT_RUN_FAILED, EXIT_USAGE, REFERENCE_PREFIX, console, err, fail,
+                                open_participant, participant_spec)
 from aml_ray.cli_tables import ms, render_recall_table, render_retrieval_table, render_table
 
 STAGES = ("add", "search", "answer", "judge")
@@ -281,8 +281,8 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
             tasks: dict[str, int] = {}
 
             def on_progress(kind: str, values: dict[str, int]) -> None:
-                if kind == "totals":
-                    for stage in STAGES:
+                if kind == "totals":  # a retrieval-only run calls no model: no answer or judge bar
+                    for stage in STAGES[:2] if opts.retrieval_only else STAGES:
                         tasks[stage] = progress.add_task(stage, total=values.get(stage, 0))
                 else:
                     for stage, done in values.items():
@@ -295,6 +295,10 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                 progress.stop()
                 fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "
                      f"{opts.out}", EXIT_RUN_FAILED)
+            except KeyboardInterrupt:
+                progress.stop()
+                fail(f"interrupted: the evidence so far and run.json (status=interrupted) are in {opts.out}; "
+                     f"continue with: aml-ray run --resume {opts.out}", EXIT_INTERRUPTED)
             except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
                 progress.stop()
                 fail(str(exc))

@@ -294,6 +294,8 @@ def test_cli_retrieval_only_calls_no_model(tmp_path, locomo_file, monkeypatch):
                                    "--retrieval-only"])
     assert res.exit_code == 0, res.output
     assert "retrieval only" in res.output and "overall" in res.output and "OFFLINE" not in res.output
+    bars = [line.split()[0] for line in res.output.splitlines() if "/" in line and "━" in line]
+    assert bars == ["add", "search"], res.output  # no answer or judge bar at 0/0: no model is called
     run = json.loads((out / "run.json").read_text())
     assert run["retrieval_only"] is True and run["models"] == {} and run["offline_models"] is False
     overall = [r for r in json.loads((out / "results.json").read_text())["table"] if r["category"] == "overall"][0]

@@ -284,9 +284,20 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 
     A run that ends without failing has ``run_info["status"]`` ``completed`` or ``partial`` (some Adds
     failed or some questions have no result, within the failure budget), derived from the evidence by
-    :func:`aml_ray.run.outcome.run_outcome`.
+    :func:`aml_ray.run.outcome.run_outcome`. A run stopped by Ctrl-C (``KeyboardInterrupt``, re-raised) has
+    ``interrupted`` in run.json (:func:`mark_interrupted`) and can be resumed.
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
+    try:
+        return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0)
+    except KeyboardInterrupt:
+        mark_interrupted(RunDir(cfg.out_dir), cfg.run_id, wall_s=round(time.time() - command_t0, 3))
+        raise
+
+
+def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
+              num_cpus: int | None, command_t0: float) -> EvaluationResult:
+    """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`)."""
     timings: dict[str, float] = {}
     # a cluster of its own: the driver sends the first Adds while Ray starts (aml_ray.run.head_start)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
@@ -383,6 +394,38 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         raise StageFailed(outcome.summary or "failed", failure={"kind": "isolation" if leaks else "outcome",
                                                                  "summary": outcome.summary})
     return EvaluationResult(run_dir=run_dir, table=table, run_info=info)
+
+
+#: run.json's ``error`` for a run stopped by Ctrl-C (:func:`mark_interrupted`).
+INTERRUPTED = ("interrupted (Ctrl-C) before the end: the evidence so far is kept; continue it with "
+               "'aml-ray run --resume {out}'")
+
+
+def mark_interrupted(run_dir: RunDir, run_id: str, *, wall_s: float) -> bool:
+    """Record in ``run_dir``'s run.json that its run was interrupted (Ctrl-C), if it was still ``running``.
+
+    Status ``interrupted`` is neither a result nor a failure of the participant: the run can be resumed
+    (:func:`check_resumable` refuses only a completed one), and the evidence already written stays.
+
+    Args:
+        run_dir: the run's directory.
+        run_id: the interrupted run's id (a run.json of another run is never touched).
+        wall_s: seconds from the process start to the interruption.
+
+    Returns:
+        True when run.json was rewritten; False when there is none yet, or it is another run's, or its
+        status is already final (the interruption came after the last run.json was written).
+    """
+    try:
+        info = json.loads(run_dir.run_json.read_text())
+    except (OSError, ValueError):
+        return False
+    if info.get("run_id") != run_id or info.get("status") != "running":
+        return False
+    info.update(status="interrupted", error=INTERRUPTED.format(out=run_dir.root), wall_s=wall_s,
+                wall_covers=WALL_COVERS, finished_at=datetime.now(timezone.utc).isoformat())
+    write_json_atomic(info, run_dir.run_json)
+    return True
 
 
 def _with_media(participant: ParticipantSpec, media) -> ParticipantSpec:
