@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from aml_ray.store import make_engine, upgrade
+# pytest-xdist's workers set COLUMNS=80; the command line's consoles take COLUMNS as their width
+# (aml_ray.cli_common.console_width) when they are made, at import, and the tests read their output as a
+# pipe gives it (120 columns). Removed before any aml_ray module is imported; tests of COLUMNS set it.
+os.environ.pop("COLUMNS", None)
+
+from aml_ray.store import make_engine, upgrade  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
