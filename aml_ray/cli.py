@@ -198,5 +198,20 @@ app.add_typer(coding_app, name="coding")
 
 from aml_ray.datasets.cli import datasets_app; app.add_typer(datasets_app, name="datasets")  # noqa: E402,E702
 
+
+
+def main() -> None:
+    """The ``aml-ray`` command (pyproject's script): :data:`app`, then
+    :func:`aml_ray.run.ray_runtime.exit_process` with its exit code (a fast exit after a run that started and
+    stopped its own Ray)."""
+    from aml_ray.run.ray_runtime import exit_process
+
+    try:
+        app()
+    except SystemExit as exc:
+        exit_process(exc.code)
+    exit_process(0)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -159,3 +159,20 @@ def test_the_process_start_is_not_put_before_the_process_existed():
         after = time.time()
         started, now = map(float, out.stdout.split())
         assert before - 0.02 <= started <= now <= after  # /proc's 10 ms ticks
+
+
+@pytest.mark.parametrize("ray_here", [True, False])
+def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here):
+    """The command's exit (``aml-ray`` = ``aml_ray.cli:main``): after a run that started and stopped its own
+    Ray, the interpreter's teardown (0.4-0.5 s of Ray's native finalisation) is skipped, the code and the
+    printed output kept; without that Ray the usual exit runs (atexit handlers included)."""
+    code = ("import atexit, sys\n"
+            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
+            + ("import ray\ninit_ray(num_cpus=1, private=True)\nray.shutdown()\n" if ray_here else "")
+            + "atexit.register(lambda: print('teardown ran'))\n"
+            "print('result printed', end='')\n"
+            "exit_process(3)\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert out.stdout == ("result printed" if ray_here else "result printedteardown ran\n")

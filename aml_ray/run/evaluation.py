@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -472,6 +473,12 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
         if cfg.limit_samples < 1:
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
+    # the pre-flight's round trips go beside the inputs, prompts and run.json (its result is awaited below,
+    # before run.json says anything of it): the first Add comes that much sooner (issue 29)
+    t_preflight = time.perf_counter()
+    probe = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-preflight")
+    probed = probe.submit(preflight, cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k)
+    probe.shutdown(wait=False)
     done: set[str] = set()
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
         finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
@@ -511,9 +518,8 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
         info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         info["resumed_with_done_questions"] = len(done)
     write_json_atomic(info, run_dir.run_json)
-    t_preflight = time.perf_counter()
     try:  # beside the Ray start, before any Add: a dead or mis-configured endpoint fails in seconds
-        info["preflight"] = preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k).describe()
+        info["preflight"] = probed.result().describe()
     except PreflightFailed as exc:
         failure = exc.failure()
         info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),

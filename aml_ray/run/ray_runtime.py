@@ -32,13 +32,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 #: The start of a line of Ray's C++ log: ``[2026-12-03 04:37:11,602 E 32049 32049] core_worker.cc:2465: ...``
 #: (time, level, process and thread id).
 RAY_NATIVE_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIWEF] \d+ \d+\] ")
 
+#: This process started a local cluster with :func:`init_ray` (:func:`exit_process`).
+_started_here = False
 #: None: no :func:`set_verbose` call (library defaults); False: quiet console; True: Ray's defaults.
 _verbose: bool | None = None
 _native_stderr_filtered = False
@@ -122,8 +124,37 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
         kwargs.update(num_cpus=num_cpus, _temp_dir=tmp)
     with _private_head() if local and private else contextlib.nullcontext():
         ray.init(address=address, **kwargs)
+    global _started_here
+    _started_here = _started_here or local
     _quiet_ray_data()
     return True
+
+
+def exit_process(code: int | str | None = 0) -> NoReturn:
+    """End this process with ``code`` (as ``sys.exit`` takes it), without the interpreter's teardown when this
+    process started a local Ray cluster and has shut it down again (issue 29, the fixed cost).
+
+    After ``ray.shutdown()``, finalising the interpreter takes 0.44-0.52 s more in a process that imported
+    Ray (native code, no Python frame: measured with a script that only starts and stops Ray, against 4 ms
+    without Ray; docs/benchmarks.md), time the command's caller waits for. So such a process flushes its
+    standard streams and leaves with ``os._exit``: atexit handlers do not run, and nothing of aml-ray's is
+    pending then (run.json, results and evidence are written atomically and closed; the reference system's
+    process ends with its parent). Any other process (Ray still running, a cluster joined, no Ray) exits
+    with ``sys.exit``, which runs the usual teardown (Ray's own atexit shutdown included).
+    """
+    if isinstance(code, str):  # sys.exit("message"): printed, status 1
+        print(code, file=sys.stderr)
+        code = 1
+    code = 0 if code is None else int(code)
+    ray = sys.modules.get("ray")
+    if _started_here and ray is not None and not ray.is_initialized():
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 #: The head node's processes a private cluster does without (:func:`_private_head`).
