@@ -47,10 +47,6 @@ def _ci_caption() -> str:
     return f"[95 % percentile bootstrap interval: {RESAMPLES:,} question resamples, seed {SEED}]"
 
 
-def _short(text: str, limit: int = 90) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: bool) -> Table:
     """One dataset's table: a row per category and the dataset row, each with coverage.
 
@@ -92,7 +88,8 @@ def overall_table(result, *, offline: bool) -> Table:
                      overflow="fold")
     for o in result.outcomes:
         reason = o.reason or ""
-        note = f"absent (aml-ray datasets fetch {o.name})" if reason.startswith("absent") else _short(reason, 60)
+        # the whole reason (the column folds it): it is the user's next step
+        note = f"absent (aml-ray datasets fetch {o.name})" if reason.startswith("absent") else reason
         if o.status == "ran":
             extra = [f"{k} {_num(v)}" for k, v in o.task_averages.items()]
             if o.substitute_for:

@@ -140,3 +140,27 @@ def test_suite_overall_table_shows_the_interval():
     assert f"0.750 [{low:.3f}, {high:.3f}]" in text
     assert "0.500 ± 0.158" in text  # a bundle without its result table keeps score ± standard error
     assert "2,000 question resamples, seed 0" in text and "within the dataset" in text
+
+
+def test_suite_overall_table_keeps_a_long_skip_reason_whole():
+    """A bundle's skip or failure reason is the user's next step: the Overall table folds it in its note
+    column instead of cutting it at 60 characters (ScriptMem's reason ended in "…")."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from aml_ray.run.evaluation import BundleOutcome, overall_of
+    from aml_ray.suite_cli import overall_table
+
+    reason = ("refused: /data/scriptmem/scriptmem.json: sha256 0123abcd differs from the pinned 4567ef01; "
+              "pass --allow-hash-mismatch to run it anyway (recorded)")
+    outcomes = [BundleOutcome("scriptmem", "scriptmem", "ScriptMem", "failed", reason=reason)]
+    suite = SimpleNamespace(name="textual", version="v1",
+                            aggregation=SimpleNamespace(rule="Overall = unweighted mean of the dataset scores."))
+    console = Console(record=True, width=120)
+    console.print(overall_table(SimpleNamespace(suite=suite, outcomes=outcomes, overall=overall_of(outcomes)),
+                                offline=False))
+    text = console.export_text()
+    assert "…" not in text
+    notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
+    assert reason.replace(" ", "") in notes.replace(" ", "")
