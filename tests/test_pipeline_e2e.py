@@ -329,3 +329,15 @@ def test_retrieval_only_status_follows_each_search():
     assert final.column("status").to_pylist() == ["retrieved", "search_error", "search_error"]
     assert searched_questions(questions, search).column("status").to_pylist() == [None, None, None]
     assert searched_questions(questions.slice(0, 0), search.slice(0, 0), final=True).num_rows == 0
+
+
+def test_an_offline_batch_is_filled_by_one_searched_sample(locomo_file):
+    """Ray Data starts an Answer task once its rows reach the batch size (or upstream ends): with offline
+    batches of 256, the searched questions of LoCoMo's first samples (81-199 scorable each) waited for more
+    samples, and everything was answered after the last Search. Each sample now fills a batch alone."""
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.pipeline import PipelineOptions
+
+    scorable = [sum(q.get("category") != 5 for q in s["qa"]) for s in json.loads(locomo_file.read_text())]
+    offline = model_endpoint_from_env("answer", {})
+    assert offline.offline and PipelineOptions().model_batch_for(offline) <= min(scorable) == 81

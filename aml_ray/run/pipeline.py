@@ -36,6 +36,10 @@ __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed"
            "stream_steps"]
 
 
+#: Rows per batch of the offline answerer and judge (:meth:`PipelineOptions.model_batch_for`).
+OFFLINE_BATCH = 48
+
+
 @dataclass
 class PipelineOptions:
     """Throughput knobs (defaults sized for one participant on a small machine).
@@ -95,13 +99,16 @@ class PipelineOptions:
 
         A Ray Data task hands its rows to the next stage only when it ends, so a batch's time in a stage
         is a pipeline delay: 256 rows at 32 in flight and 200 ms are 1.6 s before the first Judge. An
-        online endpoint gets about two rounds of its concurrency (16..256 rows); the offline answerer and
-        judge are CPU work, where bigger batches cost less per row (256).
+        online endpoint gets about two rounds of its concurrency (16..256 rows). The offline answerer and
+        judge get :data:`OFFLINE_BATCH` rows: fewer than any LoCoMo sample's scorable questions, so one
+        searched sample fills a batch by itself; with 256 the first samples' rows waited for more (two
+        samples of 116 rows waited for the last Search), and the run's tail after its last Search held
+        every sample's answering (measured: docs/benchmarks.md).
         """
         if self.model_batch_size is not None:
             return self.model_batch_size
         if endpoint.offline:
-            return 256
+            return OFFLINE_BATCH
         return max(16, min(256, 2 * endpoint.max_in_flight))
 
     def model_tasks_for(self, endpoint: ModelEndpoint) -> int:
