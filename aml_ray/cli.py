@@ -204,8 +204,10 @@ def main() -> None:
     """The ``aml-ray`` command (pyproject's script): :data:`app`, then
     :func:`aml_ray.run.ray_runtime.exit_process` with its exit code (a fast exit after a run that started and
     stopped its own Ray)."""
+    from aml_ray import interrupts
     from aml_ray.run.ray_runtime import exit_process
 
+    interrupts.install()  # Ctrl-C never lands inside logging, where it left a lock held (CI hang)
     try:
         app()
     except SystemExit as exc:

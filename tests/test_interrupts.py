@@ -1,0 +1,72 @@
+"""Ctrl-C outside logging only (aml_ray.interrupts): an interrupt raised inside a logging call left logging's
+lock held, and ``aml-ray run`` interrupted during its head start hung (CI, tests/test_interrupt.py)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+import pytest
+
+from aml_ray import interrupts
+
+
+class _CtrlCWhileEmitting(logging.Handler):
+    """A handler that receives SIGINT in the middle of its ``emit``, with logging's handler lock held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(1000):  # the interpreter checks for signals between bytecodes: here, with the lock held
+            pass
+        self.finished += 1
+
+
+@pytest.fixture
+def ctrl_c_handler():
+    previous = interrupts.install()
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_inside_a_logging_call_lands_after_it(ctrl_c_handler):
+    handler = _CtrlCWhileEmitting()
+    log = logging.getLogger("aml_ray.test_interrupts")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("one record")  # Python's own handler raised KeyboardInterrupt inside emit
+        assert handler.finished == 1
+        assert not handler.lock._is_owned()  # the handler's lock was released
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(5)
+        assert time.monotonic() - t < 1.0  # delivered a moment after the logging call, not lost
+    finally:
+        log.removeHandler(handler)
+
+
+def test_ctrl_c_elsewhere_interrupts_at_once(ctrl_c_handler):
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(5)
+
+
+def test_in_logging_looks_at_the_whole_stack():
+    seen = []
+
+    class Probe(logging.Handler):
+        def emit(self, record):
+            import sys
+            seen.append(interrupts.in_logging(sys._getframe()))
+
+    log = logging.getLogger("aml_ray.test_interrupts.probe")
+    log.addHandler(Probe())
+    log.propagate = False
+    log.warning("x")
+    import sys
+    assert seen == [True] and interrupts.in_logging(sys._getframe()) is False
