@@ -181,3 +181,27 @@ def test_the_head_start_stops_at_the_first_add_that_did_not_succeed(tmp_path, lo
     else:
         assert journal.height == 0 and head.sent == 0
         assert head.ended.startswith("ContractError") and "request_id" in head.ended
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_failure_budget_counts_the_adds_the_head_start_sent(tmp_path, locomo_file, monkeypatch):
+    """The budget is the run's: the head start's Adds (3 ok, then the first failed one, journalled) count
+    with the Ingest stage's, so the run stops at 5 failed of 8, not "5 of 5" as if the first 3 had not
+    been sent; the progress counts the head start's failed Add too."""
+    from aml_ray.run.pipeline import StageFailed
+    from tests.dying_participants import FAST_RETRY, FailingParticipant
+
+    monkeypatch.setattr(evaluation, "init_ray", lambda **kw: False)  # the session's Ray
+    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: True, raising=False)  # as on a CLI's first start
+    snapshots: list[dict] = []
+    with FailingParticipant(die_after_adds=3) as dying:
+        spec = ParticipantSpec(add_url=f"{dying.base_url}/add", search_url=f"{dying.base_url}/search",
+                               max_in_flight=1, retry=FAST_RETRY)
+        with pytest.raises(StageFailed) as stopped:
+            evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp_path / "run",
+                                      data_path=locomo_file, limit_samples=1, **OFFLINE),
+                     on_progress=lambda kind, values: snapshots.append(values) if kind == "done" else None)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["head_start"]["adds"] == 4 and info["head_start"]["failed"] == 1
+    assert stopped.value.summary.startswith("failure budget exceeded: 5 of 8 Adds failed after retries")
+    assert snapshots[-1]["add"] == 8 and snapshots[-1]["add_failed"] == 5

@@ -71,6 +71,12 @@ class EvaluationConfig:
         participant_key: the non-secret version key under which jobs of this driver running at once share
             one participant client and so the version's declared capacity (:mod:`aml_ray.actors.shared`);
             None derives it from the spec's non-secret fields. Never put a secret in it: it names an actor.
+        head_start: send the first Adds from this process while the pipeline's actors start
+            (:mod:`aml_ray.run.head_start`, issue 29), with a client of its own holding the version's
+            declared limits. Only where no other job sends to this participant version meanwhile: None
+            (default) turns it on when the run starts its own local cluster (nobody else can reach it);
+            the service sets True, since it admits one active job per version
+            (:func:`aml_ray.store.jobs.create_job`), and the Ingest stage takes over before its first request.
     """
 
     dataset: str
@@ -97,6 +103,7 @@ class EvaluationConfig:
     suite: str = "textual"
     retrieval_only: bool = False
     participant_key: str | None = None
+    head_start: bool | None = None
 
 
 @dataclass
@@ -300,10 +307,10 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
               num_cpus: int | None, command_t0: float) -> EvaluationResult:
     """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`)."""
     timings: dict[str, float] = {}
-    # a cluster of its own: the driver sends the first Adds while Ray starts (aml_ray.run.head_start)
+    # the first Adds go from here while Ray and the pipeline's actors start (aml_ray.run.head_start)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
-        if starts_own_cluster() else None
+        if (starts_own_cluster() if cfg.head_start is None else cfg.head_start) else None
     try:
         prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg, head=head, on_progress=on_progress),
                                                    num_cpus=num_cpus, timings=timings, command_t0=command_t0)

@@ -256,7 +256,8 @@ class JobWorker:
             dataset=bundle.dataset, participant=spec, answer=settings.model("answer"), judge=settings.model("judge"),
             out_dir=out_dir, data_path=bundle.path, suite=settings.suite_for(track), resume=run_json.exists(),
             limit_samples=settings.smoke_limit_samples if mode == "smoke" else settings.full_limit_samples,
-            run_label=run_label, participant_label=label)
+            run_label=run_label, participant_label=label,
+            head_start=True)  # one active job per version (store.jobs.create_job): nobody else sends to it
         result = evaluate(cfg, on_progress=progress.callback, num_cpus=settings.num_cpus)
         progress.bundle_done(result.run_info)
         return result.table.to_dicts(), result.run_info

@@ -188,6 +188,21 @@ class IngestStage:
             self.budget.record("search", status == "ok", http_status=http[i], request_id=refs[i], error=errors[i])
         await self._check_budget()
 
+    async def _count_journalled(self, rows: list[dict[str, Any]]) -> None:
+        """Count a sample's Adds already in its journal against the failure budget, and its failed ones in the
+        progress: the budget is the run's
+        (:func:`aml_ray.run.outcome.run_outcome` judges the same evidence at the end), whichever client sent
+        them (the driver's head start, a resumed run's earlier attempt)."""
+        if not rows:
+            return
+        for row in rows:
+            self.budget.record("add", row["status"] == "ok", http_status=row.get("http_status"),
+                               request_id=row.get("request_id"), error=row.get("error"))
+        failed = sum(row["status"] != "ok" for row in rows)
+        if failed:  # as the sample's Add total counts them (a progress total, not this run's share)
+            self.progress.incr("add_failed", failed)
+        await self._check_budget()
+
     async def _check_budget(self) -> None:
         """Stop the run when the failure budget is exceeded (:mod:`aml_ray.run.outcome`): the failure goes to
         the tracker (the driver's error summary), then :class:`~aml_ray.stages._common.StageStopped` is raised."""
@@ -241,7 +256,9 @@ class IngestStage:
         adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
         questions: pa.Table = row["questions"]
         journal = AddJournal(self.run_dir, sid)
-        done = {r["chunk_index"] for r in journal.rows()}
+        earlier = journal.rows()  # Adds the head start or an earlier attempt of the run sent and journalled
+        done = {r["chunk_index"] for r in earlier}
+        await self._count_journalled(earlier)
         steps = questions.column("step").to_pylist()
         by_step: dict[int, list[int]] = {}  # step -> its questions' positions
         for i, step in enumerate(steps):
