@@ -21,7 +21,8 @@ one participant per job): the first on a fresh service (cold), the next ones on 
 service. For each job it prints, in seconds from the submission:
 
 - the job's own timestamps (store: created, started, finished) and the Ray actors that came alive
-  during the job (GCS actor table: the job actor, the shared client actors, the Ray Data pools);
+  during the job (GCS actor table: the job actor, or the next standby job actor when the job ran in the
+  standby the dispatcher kept, the shared client actors, the Ray Data pools);
 - the first request at the participant (conformance battery), the battery's last request, the
   pre-flight probe, the first Add and first Search of the run, the last request;
 - the end (the final status seen by polling ``GET /api/jobs/{id}`` every 0.2 s);
@@ -41,7 +42,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -99,24 +99,15 @@ class Recorder:
 
 def participant_main(db: Path, parent_pid: int) -> int:
     """The participant process: reference app (Bearer, secret from ``$AML_REFERENCE_SECRET``) + :class:`Recorder`."""
-    import asyncio
-
     from aml_ray.reference.app import create_app
-    from aml_ray.reference.server import SECRET_ENV, _serve, die_with_parent
+    from aml_ray.reference.server import SECRET_ENV, die_with_parent, serve_on
 
     if not die_with_parent(parent_pid, True):
         return 1
     app = create_app(db, auth="Bearer", secret=os.environ[SECRET_ENV])
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY (see reference)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((HOST, 0))
-    sock.listen(2048)
     try:
-        asyncio.run(_serve(Recorder(app), sock, "warning"))  # prints READY http://host:port
-    except KeyboardInterrupt:
-        pass
+        serve_on(Recorder(app), HOST, 0, "warning")  # prints READY http://host:port
     finally:
-        sock.close()
         app.state.store.close()
     return 0
 
@@ -269,11 +260,13 @@ def report(name: str, fig: dict[str, Any]) -> dict[str, float | None]:
             print(f"   {label:<46} {rel(t)}")
     print(f"   requests: conformance {len(conf)}, pre-flight {len(kinds['preflight'])}, run Adds "
           f"{len(kinds['add'])}, run Searches {len(kinds['search'])}, other {len(kinds['other'])}")
-    actor = next((t for t, cls in fig["actors"] if cls == "JobActor"), None)
+    # the runner's start in its actor: the standby the dispatcher kept (alive before the submission), or an
+    # actor started for the claim; a JobActor that comes alive during the job is then the next standby
+    actor = _ts(job["started_at"])
     pre = kinds["preflight"][0][0] if kinds["preflight"] else None
     if None not in (actor, first, pre, first_add) and conf:
         later = sum(1 for t, _ in fig["actors"] if pre <= t <= first_add)
-        print(f"   breakdown: submission -> job actor alive {actor - t0:.3f} s | -> first request {first - actor:.3f} s"
+        print(f"   breakdown: submission -> runner started {actor - t0:.3f} s | -> first request {first - actor:.3f} s"
               f" | conformance {conf[-1][0] - conf[0][0]:.3f} s | -> pre-flight {pre - conf[-1][0]:.3f} s | pre-flight"
               f" -> first Add {first_add - pre:.3f} s ({later} actor processes came alive in it) | first Add -> end "
               f"{fig['t_end'] - first_add:.3f} s")

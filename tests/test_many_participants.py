@@ -377,7 +377,8 @@ def test_dispatcher_runs_n_jobs_at_once_and_claims_each_job_once(monkeypatch, tm
     sessions = session_factory(engine)
     ids = _queued_jobs(sessions, 3)
     service = SimpleNamespace(settings=SimpleNamespace(max_concurrent_jobs=2, lease_s=60.0, max_attempts=3,
-                                                       purge_interval_s=None), sessions=sessions)
+                                                       purge_interval_s=None, standby_job_actor=False),
+                              sessions=sessions)
     finished: set[str] = set()
     monkeypatch.setattr(JobDispatcher, "_launch", lambda self, job_id, attempt, owner: job_id)
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: ([r for r in refs if r in finished], []))
@@ -399,3 +400,5 @@ def test_max_concurrent_jobs_setting():
     assert ServiceSettings.from_env({**base, "AML_MAX_CONCURRENT_JOBS": "5"}).max_concurrent_jobs == 5
     with pytest.raises(ValueError, match="AML_MAX_CONCURRENT_JOBS"):
         ServiceSettings.from_env({**base, "AML_MAX_CONCURRENT_JOBS": "0"})
+    assert ServiceSettings.from_env(base).standby_job_actor is True
+    assert ServiceSettings.from_env({**base, "AML_STANDBY_JOB_ACTOR": "0"}).standby_job_actor is False

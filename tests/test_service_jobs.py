@@ -331,3 +331,79 @@ def test_retention_purge_runs_on_the_dispatcher_schedule(tmp_path, stub_base):
         assert not old_dir.exists()
         with service.sessions() as s:
             assert s.get(Job, job.id).run_dir is None
+
+
+# ------------------------------------------------------------------------------------------- standby
+
+
+def _until(predicate, what: str, timeout: float = 120.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout} s")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_job_runs_in_the_standby_actor_and_the_next_standby_starts(tmp_path):
+    """Issue 29: the dispatcher keeps a job actor started ahead; the next job runs in it (no actor start
+    before its first request), a new standby is started behind it, and stopping the service kills the
+    standby (it holds no job)."""
+    import ray
+
+    from aml_ray.reference.server import ReferenceServer
+    from aml_ray.serve_app.job_actor import NAMESPACE
+    from tests.test_service_api import MSK
+
+    with ReferenceServer(tmp_path / "ref", auth="Bearer", secret=MSK) as ref, \
+            make_client(tmp_path, run_worker=True, poll_interval_s=0.2) as client:
+        dispatcher = client.app.state.service.worker
+        first = _until(lambda: dispatcher.standby, "a standby job actor")
+        assert first.startswith("aml-job-standby-")
+        assert ray.get(ray.get_actor(first, namespace=NAMESPACE).ping.remote(), timeout=60) is True
+        key, version_id = onboard(client, ref.base_url)
+        job = client.post("/api/jobs", json={"version_id": version_id, "mode": "smoke", "run_label": "s1",
+                                             "track": "textual"}, headers=bearer(key)).json()
+        done = _until(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(
+            client.get(f"/api/jobs/{job['id']}", headers=bearer(key)).json()), "the smoke job's end", 240)
+        assert done["status"] == "completed", done.get("error_summary")
+        assert dispatcher.actor_names[job["id"]] == first  # it ran in the standby
+        second = _until(lambda: dispatcher.standby if dispatcher.standby != first else None, "the next standby")
+        assert ray.get(ray.get_actor(second, namespace=NAMESPACE).ping.remote(), timeout=60) is True
+
+    def gone(name: str) -> bool:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            return True
+        return False
+
+    _until(lambda: gone(second), "the stopped service's standby to be gone", 30)
+    _until(lambda: gone(first), "the job's actor to exit after its job", 30)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_standby_nobody_pings_exits_by_itself(tmp_path):
+    """A replica that died leaves no process behind: its standby exits once the pings stop."""
+    import time
+
+    import ray
+    from cryptography.fernet import Fernet
+    from ray.exceptions import RayActorError
+
+    from aml_ray.serve_app.job_actor import NAMESPACE, JobActor, standby_name
+
+    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}", runs_dir=tmp_path / "runs",
+                               master_keys=[SecretStr(Fernet.generate_key().decode())])
+    actor = JobActor.options(name=standby_name(), namespace=NAMESPACE, lifetime="detached").remote(
+        settings, standby_s=1.0)
+    for _ in range(8):  # pinged every 0.25 s for 2 s: it stays
+        assert ray.get(actor.ping.remote(), timeout=60) is True
+        time.sleep(0.25)
+    time.sleep(4.0)  # no ping for 4 s: it has exited
+    with pytest.raises(RayActorError):
+        ray.get(actor.ping.remote(), timeout=30)

@@ -94,7 +94,7 @@ def test_a_restarted_service_resumes_the_full_job_and_ends_as_an_uninterrupted_r
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.run.evaluation import EvaluationConfig, evaluate
-    from aml_ray.serve_app.job_actor import NAMESPACE, actor_name
+    from aml_ray.serve_app.job_actor import NAMESPACE
 
     from cryptography.fernet import Fernet
     from pydantic import SecretStr
@@ -117,9 +117,10 @@ def test_a_restarted_service_resumes_the_full_job_and_ends_as_an_uninterrupted_r
                 job_id = full.json()["id"]
                 assert proxy.held.wait(60), str(client.get(f"/api/jobs/{job_id}", headers=bearer(key)).json())[:1500]
                 first = client.get(f"/api/jobs/{job_id}", headers=bearer(key)).json()
+                runner = client.app.state.service.worker.actor_names[job_id]  # the standby it took, or its own
             # service 1 is stopped; its job actor still runs (detached) until its runner dies with it
             assert first["status"] == "running"
-            ray.kill(ray.get_actor(actor_name(job_id, 1), namespace=NAMESPACE))
+            ray.kill(ray.get_actor(runner, namespace=NAMESPACE))
             proxy.release.set()
             with make_client(tmp_path, **fast) as client:  # service 2, same database and runs directory
                 done = _wait(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(

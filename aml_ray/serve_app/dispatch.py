@@ -9,6 +9,10 @@ take the same job) and starts a detached :class:`aml_ray.serve_app.job_actor.Job
 when a job is submitted through this replica, else every ``settings.poll_interval_s`` seconds (jobs
 submitted through another replica, and jobs whose runner died and whose lease expired, are found then).
 
+It keeps one job actor started ahead (``settings.standby_job_actor``; :mod:`aml_ray.serve_app.job_actor`):
+a claimed job goes to that standby, so the job's first request does not wait for a worker process, the
+service's imports and the store (1.3-2.7 s on 2 cores, issue 29), and the next standby starts behind it.
+
 It also runs the evidence purge on its schedule (``settings.purge_interval_s``; :mod:`aml_ray.store.retention`).
 
 Stopping the dispatcher (the replica shuts down) leaves running job actors alone: they finish their job
@@ -42,6 +46,8 @@ class JobDispatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._running: dict[str, tuple[Any, str]] = {}  # job id -> (ObjectRef of its actor's run, lease owner)
+        self._standby: tuple[Any, str, Any] | None = None  # (actor handle, name, its last ping's ObjectRef)
+        self.actor_names: dict[str, str] = {}  # job id -> the Ray name of the actor of its latest claim here
         self._last_purge: float | None = None  # the first turn purges
         self.claimed: list[str] = []  # every job id this dispatcher claimed, in order (tests, logs)
 
@@ -51,15 +57,28 @@ class JobDispatcher:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread; job actors keep running."""
+        """Stop the thread; job actors keep running; the standby (no job in it) is killed."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            import ray
+
+            try:
+                ray.kill(standby[0])
+            except Exception:  # noqa: BLE001 - already gone; an orphan exits by itself (STANDBY_IDLE_S)
+                pass
 
     def submit(self, job_id: str) -> None:
         """A job was queued through this replica: look at the queue now."""
         self._wake.set()
+
+    @property
+    def standby(self) -> str | None:
+        """The Ray name of the standby job actor (the next claimed job runs in it), or None."""
+        return self._standby[1] if self._standby is not None else None
 
     def running_jobs(self) -> set[str]:
         """Ids of the jobs whose actors this dispatcher started and that have not ended."""
@@ -101,6 +120,8 @@ class JobDispatcher:
             self._running[job_id] = (self._launch(job_id, attempt, owner), owner)
             claimed.append(job_id)
         self.claimed.extend(claimed)
+        if settings.standby_job_actor and not self._stop.is_set():
+            self._keep_standby()
         self._maybe_purge()
         return claimed
 
@@ -125,10 +146,44 @@ class JobDispatcher:
     def _launch(self, job_id: str, attempt: int, owner: str):
         from aml_ray.serve_app.job_actor import NAMESPACE, JobActor, actor_name
 
-        actor = JobActor.options(name=actor_name(job_id, attempt), namespace=NAMESPACE,
-                                 lifetime="detached").remote(self.service.settings)
-        log.info("job %s: claim %d runs in actor %s", job_id, attempt, actor_name(job_id, attempt))
+        if self._standby is not None:
+            actor, name, _ = self._standby
+            self._standby = None
+        else:
+            name = actor_name(job_id, attempt)
+            actor = JobActor.options(name=name, namespace=NAMESPACE, lifetime="detached").remote(self.service.settings)
+        self.actor_names[job_id] = name
+        log.info("job %s: claim %d runs in actor %s", job_id, attempt, name)
         return actor.run.remote(job_id, owner)
+
+    def _keep_standby(self) -> None:
+        """Start a standby job actor if there is none, else ping it (a standby found dead is replaced).
+
+        Never starts Ray for it: without a Ray session in this process (a dispatcher driven by hand) it
+        does nothing.
+        """
+        import ray
+
+        if not ray.is_initialized():
+            return
+
+        from aml_ray.serve_app.job_actor import NAMESPACE, STANDBY_IDLE_S, JobActor, standby_name
+
+        if self._standby is not None:
+            actor, name, ping = self._standby
+            done, _ = ray.wait([ping], timeout=0)
+            if not done:  # still starting, or busy answering: ask again next turn
+                return
+            try:
+                ray.get(ping)
+                self._standby = (actor, name, actor.ping.remote())
+                return
+            except Exception as exc:  # noqa: BLE001 - it died (killed, node lost): start another
+                log.warning("standby job actor %s is gone (%s); starting another", name, type(exc).__name__)
+        name = standby_name()
+        actor = JobActor.options(name=name, namespace=NAMESPACE, lifetime="detached").remote(
+            self.service.settings, standby_s=STANDBY_IDLE_S)
+        self._standby = (actor, name, actor.ping.remote())
 
     def _maybe_purge(self) -> None:
         settings = self.service.settings
