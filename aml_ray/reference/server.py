@@ -139,6 +139,44 @@ async def _serve(app, sock: socket.socket, log_level: str) -> None:
     await task
 
 
+def serve_on(app, host: str, port: int, log_level: str = "warning") -> None:
+    """Serve an ASGI app with uvicorn on ``host:port`` until it stops or the process is interrupted.
+
+    Binds the listening socket itself (IPv6 when ``host`` contains ``:``; ``SO_REUSEADDR``, backlog 2048,
+    inheritable) rather than letting uvicorn do it, because it must be made with ``proto=IPPROTO_TCP``:
+    asyncio sets ``TCP_NODELAY`` on accepted sockets only when the listening socket says so, and without
+    it every keep-alive response waits ~40 ms (Nagle + delayed ACK). Prints
+    exactly one line ``READY http://host:port`` to stdout once uvicorn listens (with ``port`` 0 the OS
+    picks the port; the line names the one bound). Used by :func:`main` (``python -m aml_ray.reference``)
+    and by the recorded participant of ``scripts/bench_service_smoke.py``.
+
+    Args:
+        app: the ASGI app (the reference app, or a middleware around it).
+        host: bind address, e.g. ``"127.0.0.1"`` or ``"::1"``.
+        port: TCP port; 0 for a free one.
+        log_level: uvicorn's log level.
+
+    Raises:
+        OSError: the address could not be bound (in use, not local).
+        RuntimeError: uvicorn stopped before it listened (its startup error is raised if it had one).
+
+    A ``KeyboardInterrupt`` (Ctrl-C, SIGINT) ends serving quietly; the socket is closed on every way out
+    after the bind. What the app holds (the store) is the caller's to close.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    try:
+        asyncio.run(_serve(app, sock, log_level))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until interrupted.
 
@@ -174,20 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"error: --faults: {exc}", file=sys.stderr)
             return 2
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the listening
-    # socket says so; without it every keep-alive response waits ~40 ms (Nagle + delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
     try:
-        asyncio.run(_serve(served, sock, args.log_level))
-    except KeyboardInterrupt:
-        pass
+        serve_on(served, args.host, args.port, args.log_level)
     finally:
-        sock.close()
         app.state.store.close()
     return 0
 
