@@ -42,6 +42,17 @@ def standby_name() -> str:
     return f"aml-job-standby-{secrets.token_hex(4)}"
 
 
+def warm_imports() -> None:
+    """Import what a job needs before its first request: the job runner (and through it the evaluation and
+    the conformance battery) and Ray Data (the pipeline's), 0.56 s and 0.74 s on 2 cores, measured in a
+    fresh process; a standby does it before it is handed a job."""
+    import ray.data  # noqa: F401
+
+    import aml_ray.conformance.runner  # noqa: F401
+    import aml_ray.run.pipeline  # noqa: F401
+    import aml_ray.serve_app.worker  # noqa: F401
+
+
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
 class JobActor:
     """Runs one claimed job to its end, then exits.
@@ -61,6 +72,7 @@ class JobActor:
         self._job: str | None = None
         self._pinged = time.monotonic()
         if standby_s:
+            warm_imports()
             threading.Thread(target=self._watch, args=(standby_s,), name="aml-standby-watch", daemon=True).start()
 
     def ping(self) -> bool:
