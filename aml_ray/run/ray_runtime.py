@@ -241,11 +241,13 @@ class LocalCluster:
         cluster: the ``ray.cluster_utils.Cluster`` (``cluster.remove_node(node)`` takes a node away).
         nodes: the added (non-head) nodes' handles, in the order asked.
         node_ids: their Ray node ids, in the same order.
+        temp_dir: the cluster's ``RAY_TMPDIR`` (its session dir is below it); removed at the end.
     """
 
     cluster: Any
     nodes: list[Any]
     node_ids: list[str]
+    temp_dir: str
 
 
 @contextmanager
@@ -257,6 +259,16 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
     apply, in a fresh temp dir under ``/tmp`` (short: Ray's socket paths have a length limit). Returns
     only when every added node runs tasks (a task pinned to each answered), since ``wait_for_nodes`` can
     return before a node's raylet takes work.
+
+    Teardown: ``ray.shutdown()``, ``Cluster.shutdown()`` (each added node's raylet, then the head's, then
+    the GCS), then :func:`_kill_cluster_processes` SIGKILLs whatever process of this cluster still runs,
+    before the temp dir is removed. Ray alone does not guarantee that nothing is left: a raylet's graceful
+    stop (SIGTERM) signals the process groups of the workers still registered with it (``raylet.out``:
+    ``Stop: sending SIGTERM to pgid=...``), each worker has a process group of its own, and otherwise a
+    worker ends itself when its core worker sees the raylet's pid gone, a check that a worker already
+    disconnected (a graceful exit under way) no longer runs. A worker outside both is left with parent 1 in
+    its own group: seen once, a ``ray::MapWorker(MapBatches(IngestFromFiles))`` 35 minutes after
+    ``tests/test_cluster_two_nodes.py``.
 
     Args:
         head: ``head_node_args`` (``num_cpus``, ``resources``, ``_system_config`` ...); the dashboard is off.
@@ -288,11 +300,98 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
         ids = [ray.get(where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
                        .remote(), timeout=120) for n in nodes]
         _quiet_ray_data()
-        yield LocalCluster(cluster=cluster, nodes=nodes, node_ids=ids)
+        yield LocalCluster(cluster=cluster, nodes=nodes, node_ids=ids, temp_dir=tmp)
     finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            ray.shutdown()
+            cluster.shutdown()
+        finally:
+            _kill_cluster_processes(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: Seconds :func:`_kill_cluster_processes` waits for the processes it killed to be gone.
+CLUSTER_KILL_WAIT_S = 5.0
+
+
+def _cluster_processes(temp_dir: str) -> list[Any]:
+    """The processes of the local cluster whose ``RAY_TMPDIR`` is ``temp_dir``, other than this one.
+
+    A process belongs to it when its command line names a path below ``temp_dir`` (the GCS, the raylets
+    and their agents: ``--session-dir=<temp_dir>/ray/session_...``), or when its environment has
+    ``RAY_TMPDIR=<temp_dir>`` and ``RAY_RAYLET_PID`` (what a raylet gives the workers it starts, inherited
+    by their children); a worker's command line is only its title (``ray::MapWorker(...)``). This
+    process's other children, which inherit ``RAY_TMPDIR`` but no raylet pid, are not included. Zombies
+    (exited, not yet reaped) and processes this user may not read are skipped.
+
+    Returns:
+        ``psutil.Process`` objects, in the order ``psutil.process_iter`` gives them.
+    """
+    import psutil  # after ray: Ray's own copy when the environment has none
+
+    below = temp_dir.rstrip(os.sep) + os.sep
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if any(below in part for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+                continue
+            env = proc.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if env.get("RAY_TMPDIR") == temp_dir and "RAY_RAYLET_PID" in env:
+            found.append(proc)
+    return found
+
+
+def _kill_cluster_processes(temp_dir: str, wait_s: float = CLUSTER_KILL_WAIT_S) -> list[int]:
+    """SIGKILL every process of the local cluster in ``temp_dir`` (:func:`_cluster_processes`) and wait.
+
+    Called by :func:`local_cluster` after ``Cluster.shutdown()``, when nothing of the cluster should be
+    left; what is found then is a straggler (a worker its raylet did not signal), so there is no graceful
+    step. ``psutil.Process.kill`` checks that the pid still names the process found (no reused pid is hit).
+
+    Args:
+        temp_dir: the cluster's ``RAY_TMPDIR``.
+        wait_s: seconds to wait for the killed processes to be gone (exited or zombie).
+
+    Returns:
+        The pids still running after ``wait_s`` (empty unless one is stuck in the kernel); each is logged
+        as a warning.
+    """
+    import time
+
+    import psutil
+
+    procs = _cluster_processes(temp_dir)
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            proc.kill()
+    deadline = time.monotonic() + wait_s
+    alive = procs
+    while alive:
+        alive = [p for p in alive if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if alive:
+        import logging
+
+        logging.getLogger(__name__).warning("local cluster %s: processes still running after SIGKILL: %s",
+                                            temp_dir, [p.pid for p in alive])
+    return [p.pid for p in alive]
+
+
+def _running(proc: Any) -> bool:
+    """Whether ``proc`` (a ``psutil.Process``) still runs: neither gone nor a zombie."""
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def on_this_node():
