@@ -226,12 +226,16 @@ async def test_max_in_flight_and_rate_limit_hold(scripted):
 
 
 async def queued_behind_one_slot(script: Script, server, n: int = 6) -> tuple[ParticipantClient, asyncio.Task]:
-    """A one-slot client with a batch of ``n`` Searches started: ``q0`` in flight (the server holds it 50 ms), the rest queued."""
-    script.delay_s = 0.05
+    """A one-slot client with a batch of ``n`` Searches started: ``q0`` in flight (it reached the server, which
+    holds each request 200 ms), the rest queued. It waits for ``q0``'s arrival, not a fixed time: on a loaded
+    machine q0 had not left the client after 20 ms."""
+    script.delay_s = 0.2
     client = ParticipantClient(spec_for(server, max_in_flight=1))
     reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(n)]
     batch = asyncio.create_task(client.search_many(reqs))
-    await asyncio.sleep(0.02)
+    deadline = time.monotonic() + 10  # only a guard
+    while not script.bodies and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
     return client, batch
 
 
@@ -301,7 +305,7 @@ async def test_a_cancelled_batch_never_sends_its_queued_searches(scripted):
     batch.cancel()
     with pytest.raises(asyncio.CancelledError):
         await batch
-    await asyncio.sleep(0.15)
+    await asyncio.sleep(0.3)  # q0's reply has come (200 ms): a queued Search would have been sent by now
     assert len(script.bodies) == 1
     later = await client.search(SearchRequest(query="later", user_id="u", top_k=5), "ref-later")
     await client.aclose()
