@@ -53,6 +53,30 @@ def test_job_runs_across_two_nodes(tmp_path):
     assert _survivors(res["temp_dir"], res["gcs_address"]) == []
 
 
+#: A driver whose local_cluster head cannot start (``CPU`` given as a custom resource: ``Cluster()``
+#: raises); it prints the temp dirs with the prefix that exist afterwards.
+FAILED_START = """
+import glob, sys
+from aml_ray.run.ray_runtime import local_cluster
+prefix = sys.argv[1]
+try:
+    with local_cluster({"num_cpus": 1, "resources": {"CPU": 1}}, [], prefix=prefix):
+        pass
+except Exception as exc:
+    print("RAISED", type(exc).__name__)
+print("LEFT", sorted(glob.glob("/tmp/" + prefix + "*")))
+"""
+
+
+def test_a_cluster_whose_head_fails_to_start_leaves_no_temp_dir(tmp_path):
+    # the driver's cluster temp dir is removed even when Cluster() itself raises (it was left behind)
+    prefix = f"amlc-fail-{os.getpid()}-"
+    proc = subprocess.run([sys.executable, "-c", FAILED_START, prefix], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-2:] == ["RAISED AssertionError", "LEFT []"], proc.stdout
+
+
 def _survivors(temp_dir: str, gcs_address: str, wait_s: float = 5.0) -> list[str]:
     """``"pid cmdline"`` of each process other than this one, not a zombie, whose command line or
     environment names ``temp_dir`` or ``gcs_address``, still there after up to ``wait_s`` seconds."""

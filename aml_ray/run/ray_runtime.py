@@ -262,7 +262,8 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
 
     Teardown: ``ray.shutdown()``, ``Cluster.shutdown()`` (each added node's raylet, then the head's, then
     the GCS), then :func:`_kill_cluster_processes` SIGKILLs whatever process of this cluster still runs,
-    before the temp dir is removed. Ray alone does not guarantee that nothing is left: a raylet's graceful
+    before the temp dir is removed; the same when the head fails to start (``Cluster()`` raises: a raylet
+    that waited too long for its agents' ports on a loaded machine). Ray alone does not guarantee that nothing is left: a raylet's graceful
     stop (SIGTERM) signals the process groups of the workers still registered with it (``raylet.out``:
     ``Stop: sending SIGTERM to pgid=...``), each worker has a process group of its own, and otherwise a
     worker ends itself when its core worker sees the raylet's pid gone, a check that a worker already
@@ -287,8 +288,9 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **head})
+    cluster = None
     try:
+        cluster = Cluster(initialize_head=True, head_node_args={"include_dashboard": False, **head})
         nodes = [cluster.add_node(**w) for w in workers]
         ray.init(address=cluster.address, **_driver_logging())
         cluster.wait_for_nodes()
@@ -304,7 +306,8 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
     finally:
         try:
             ray.shutdown()
-            cluster.shutdown()
+            if cluster is not None:  # None: the head did not start (what it started is killed below)
+                cluster.shutdown()
         finally:
             _kill_cluster_processes(tmp)
             shutil.rmtree(tmp, ignore_errors=True)
