@@ -344,18 +344,6 @@ def test_retention_purge_runs_on_the_dispatcher_schedule(tmp_path, stub_base):
 # ------------------------------------------------------------------------------------------- standby
 
 
-def _until(predicate, what: str, timeout: float = 120.0):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout} s")
-
-
 @pytest.mark.usefixtures("ray_session")
 def test_a_job_runs_in_the_standby_actor_and_the_next_standby_starts(tmp_path):
     """Issue 29: the dispatcher keeps a job actor started ahead; the next job runs in it (no actor start
@@ -366,21 +354,22 @@ def test_a_job_runs_in_the_standby_actor_and_the_next_standby_starts(tmp_path):
     from aml_ray.reference.server import ReferenceServer
     from aml_ray.serve_app.job_actor import NAMESPACE
     from tests.test_service_api import MSK
+    from tests.test_service_restart import _wait
 
     with ReferenceServer(tmp_path / "ref", auth="Bearer", secret=MSK) as ref, \
             make_client(tmp_path, run_worker=True, poll_interval_s=0.2) as client:
         dispatcher = client.app.state.service.worker
-        first = _until(lambda: dispatcher.standby, "a standby job actor")
+        first = _wait(lambda: dispatcher.standby, 120, "a standby job actor")
         assert first.startswith("aml-job-standby-")
         assert ray.get(ray.get_actor(first, namespace=NAMESPACE).ping.remote(), timeout=60) is True
         key, version_id = onboard(client, ref.base_url)
         job = client.post("/api/jobs", json={"version_id": version_id, "mode": "smoke", "run_label": "s1",
                                              "track": "textual"}, headers=bearer(key)).json()
-        done = _until(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(
-            client.get(f"/api/jobs/{job['id']}", headers=bearer(key)).json()), "the smoke job's end", 240)
+        done = _wait(lambda: (lambda j: j if j["status"] not in ("queued", "running") else None)(
+            client.get(f"/api/jobs/{job['id']}", headers=bearer(key)).json()), 240, "the smoke job's end")
         assert done["status"] == "completed", done.get("error_summary")
         assert dispatcher.actor_names[job["id"]] == first  # it ran in the standby
-        second = _until(lambda: dispatcher.standby if dispatcher.standby != first else None, "the next standby")
+        second = _wait(lambda: dispatcher.standby if dispatcher.standby != first else None, 120, "the next standby")
         assert ray.get(ray.get_actor(second, namespace=NAMESPACE).ping.remote(), timeout=60) is True
 
     def gone(name: str) -> bool:
@@ -390,8 +379,8 @@ def test_a_job_runs_in_the_standby_actor_and_the_next_standby_starts(tmp_path):
             return True
         return False
 
-    _until(lambda: gone(second), "the stopped service's standby to be gone", 30)
-    _until(lambda: gone(first), "the job's actor to exit after its job", 30)
+    _wait(lambda: gone(second), 30, "the stopped service's standby to be gone")
+    _wait(lambda: gone(first), 30, "the job's actor to exit after its job")
 
 
 @pytest.mark.usefixtures("ray_session")
