@@ -55,14 +55,12 @@ def locomo_file() -> Path:
 @pytest.fixture(scope="session")
 def ray_session(tmp_path_factory) -> Iterator[None]:
     """Ray, started once per test session with 2 CPUs (docs/ray-notes.md: one ray.init per session)."""
-    import ray
-
-    from aml_ray.run.ray_runtime import init_ray
+    from aml_ray.run.ray_runtime import init_ray, shutdown_ray
 
     started = init_ray(num_cpus=2)
     yield
     if started:
-        ray.shutdown()
+        shutdown_ray()  # and no worker of the session's cluster outlives it
 
 
 CHROMIUM = Path(os.environ.get("AML_CHROMIUM", "/usr/bin/chromium"))

@@ -114,3 +114,53 @@ def test_ray_data_map_tasks_run_without_the_memory_poll_thread(ray_session):
 
     rows = ray.data.range(4, override_num_blocks=2).map_batches(polling, num_cpus=0.1).take_all()
     assert [r["poll"] for r in rows] == [False] * 4
+
+
+_OWN_CLUSTER_STRAGGLER = """
+import json, os, subprocess, sys
+import ray
+from aml_ray.run.ray_runtime import init_ray, shutdown_ray
+
+STRAGGLER = 'setsid "$0" -c "import time; time.sleep(900)" </dev/null >/dev/null 2>&1 & echo $!'
+
+@ray.remote(num_cpus=0)
+def leave_straggler() -> int:
+    return int(subprocess.run(["sh", "-c", STRAGGLER, sys.executable], capture_output=True, text=True,
+                              check=True).stdout)
+
+assert init_ray(num_cpus=1, private=True)
+pid = ray.get(leave_straggler.remote(), timeout=120)
+print(json.dumps({"straggler": pid, "still_running": shutdown_ray()}))
+"""
+
+
+def test_no_worker_of_a_cluster_started_here_outlives_its_shutdown(tmp_path):
+    """shutdown_ray: a process a worker of this process's own cluster started in a session of its own (parent
+    1, its own process group, the worker's environment, as the MapWorker found alive 22 minutes after a test
+    session's end) is killed; plain ``ray.shutdown()`` left it running."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", _OWN_CLUSTER_STRAGGLER], capture_output=True, text=True,
+                         timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    pid = said["straggler"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            alive = False
+        if not alive:
+            break
+        time.sleep(0.1)
+    if alive:
+        psutil.Process(pid).kill()
+    assert not alive and said["still_running"] == []

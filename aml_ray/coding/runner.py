@@ -404,9 +404,9 @@ def run_coding(cfg: CodingRunConfig, *, num_cpus: int | None = None,
         raise
     finally:
         if started:
-            import ray
+            from aml_ray.run.ray_runtime import shutdown_ray
 
-            ray.shutdown()
+            shutdown_ray()
     attempts = read_attempts(run_dir)
     rates = resolved_rates(attempts)
     gains = memory_gain(rates)

@@ -37,7 +37,7 @@ from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, preflight
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
-from aml_ray.run.ray_runtime import init_ray, is_local_address, starts_own_cluster
+from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
@@ -348,10 +348,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             head.stop()
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
         if started_ray:
-            import ray
-
             t_shutdown = time.perf_counter()
-            ray.shutdown()
+            shutdown_ray()
             timings["ray_shutdown_s"] = round(time.perf_counter() - t_shutdown, 3)
     if head is not None:
         pipeline_report["head_start"] = head.describe()
@@ -590,9 +588,7 @@ def prepare_beside_ray(prepare: Callable[[], Any], *, num_cpus: int | None, timi
     timings["prepare_s"] = round(outcome["prepare_s"], 3)
     if "error" in outcome:
         if started:
-            import ray
-
-            ray.shutdown()
+            shutdown_ray()
         raise outcome["error"]
     return outcome["value"], started
 
@@ -916,9 +912,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
                 on_bundle("done", outcome)
     finally:
         if started_ray:
-            import ray
-
-            ray.shutdown()
+            shutdown_ray()
     overall = overall_of(outcomes)
     not_comparable = [f"{o.name}: {o.status}" + (f" ({o.reason})" if o.reason else "")
                       for o in outcomes if o.status != "ran"]

@@ -64,6 +64,6 @@ def _serve(settings, *, host: str, port: int, num_cpus: int | None) -> None:
     finally:
         serve.shutdown()
         if started:
-            import ray
+            from aml_ray.run.ray_runtime import shutdown_ray
 
-            ray.shutdown()
+            shutdown_ray()
