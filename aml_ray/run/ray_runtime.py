@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,22 +330,29 @@ def _cluster_processes(temp_dir: str) -> list[Any]:
     Returns:
         ``psutil.Process`` objects, in the order ``psutil.process_iter`` gives them.
     """
+    below = temp_dir.rstrip(os.sep) + os.sep
+    return _processes(lambda cmdline, env: any(below in part for part in cmdline)
+                      or (env().get("RAY_TMPDIR") == temp_dir and "RAY_RAYLET_PID" in env()))
+
+
+def _processes(belongs: Callable[[list[str], Callable[[], dict[str, str]]], bool]) -> list[Any]:
+    """The running processes other than this one for which ``belongs(cmdline, environ)`` is true (``environ``
+    is read only when called); zombies and processes this user may not read are skipped.
+
+    Returns:
+        ``psutil.Process`` objects, in the order ``psutil.process_iter`` gives them.
+    """
     import psutil  # after ray: Ray's own copy when the environment has none
 
-    below = temp_dir.rstrip(os.sep) + os.sep
     found = []
     for proc in psutil.process_iter(["cmdline", "status"]):
         if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         try:
-            if any(below in part for part in proc.info["cmdline"] or ()):
+            if belongs(proc.info["cmdline"] or [], proc.environ):
                 found.append(proc)
-                continue
-            env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if env.get("RAY_TMPDIR") == temp_dir and "RAY_RAYLET_PID" in env:
-            found.append(proc)
     return found
 
 
@@ -398,18 +405,8 @@ def _own_raylet_pid() -> int | None:
 
 def _raylet_processes(raylet_pid: int) -> list[Any]:
     """Processes other than this one whose environment says they were started by raylet ``raylet_pid``."""
-    import psutil
-
-    found, wanted = [], str(raylet_pid)
-    for proc in psutil.process_iter(["status"]):
-        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if proc.environ().get("RAY_RAYLET_PID") == wanted:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+    wanted = str(raylet_pid)
+    return _processes(lambda cmdline, env: env().get("RAY_RAYLET_PID") == wanted)
 
 
 def _kill_and_wait(procs: list[Any], what: str, wait_s: float) -> list[int]:
