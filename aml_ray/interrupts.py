@@ -27,11 +27,16 @@ RETRY_S = 0.01
 _pending = threading.Event()
 
 
+#: Packages inside which an interrupt is deferred: logging (a lock left held) and filelock, whose at-fork
+#: hook swallowed it ("Exception ignored in ... ensure_current_process", seen in a clean-clone CI run).
+DEFERRED_IN = ("logging", "filelock")
+
+
 def in_logging(frame: FrameType | None) -> bool:
-    """Whether ``frame`` or a frame it was called from runs code of the :mod:`logging` package."""
+    """Whether ``frame`` or a frame it was called from runs code of a package of :data:`DEFERRED_IN`."""
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        if name == "logging" or name.startswith("logging."):
+        if any(name == p or name.startswith(p + ".") for p in DEFERRED_IN):
             return True
         frame = frame.f_back
     return False

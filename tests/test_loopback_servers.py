@@ -98,7 +98,7 @@ def test_lean_participant_queues_requests_over_its_capacity_in_arrival_order():
     assert stats["n"]["search"] == 4
     assert stats["max_in_flight"] == 4  # arrived and not yet answered, held or queued
     assert stats["over_capacity"] == 2  # the 3rd and 4th arrived with 2 already held
-    assert waits[-1] >= 0.2  # the last one waited a whole hold before its own
+    assert waits[-1] >= 0.19  # the last one waited a whole hold before its own (0.1998 s seen: clock granularity)
     late = stats["late_ms"]["search"]
     assert 0.0 <= late["p50"] < 100.0  # the wait in the queue is not counted as the server's lag
 
