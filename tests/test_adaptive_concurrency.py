@@ -13,7 +13,9 @@ import statistics
 import pytest
 
 from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
-from aml_ray.contract import SearchRequest
+import asyncio
+
+from aml_ray.contract import AddRequest, Message, SearchRequest
 from scripts.loopback_servers import ServerProcess
 
 SERVICE_MS = 20.0
@@ -57,6 +59,35 @@ async def test_a_one_at_a_time_participant_gets_one_or_two_in_flight_and_its_tru
     assert all(o["elapsed_ms"] >= o["queue_ms"] + o["latency_ms"] - 1 for o in outs)
 
 
+async def test_searches_that_start_beside_another_samples_adds_still_get_one_or_two_in_flight():
+    """The shape of a real run (scripts/bench_serial.py): sample A's Searches start while sample B's Adds, 10x
+    slower, are still going in order at a one-at-a-time participant. Every Search then queued behind an Add
+    or other Searches, so their own latencies had no unloaded one to compare with: the limit grew to 4-8
+    and a 10 ms Search was reported at 50-100 ms. An endpoint's first request is now sent alone (a probe)."""
+    with ServerProcess("participant", "--latency-ms", str(SERVICE_MS / 2), "--add-latency-ms",
+                       str(SERVICE_MS * 5), "--capacity", "1") as server:
+        client = ParticipantClient(_spec(server, 8))
+
+        def adds(sample: str, n: int) -> list[AddRequest]:
+            return [AddRequest(request_id=f"{sample}-{i}", user_id=sample, session_id="s",
+                               messages=[Message(role="user", content=f"turn {i}")]) for i in range(n)]
+
+        async def sample_a() -> list[dict]:
+            await client.add_in_order(adds("a", 10))
+            return await client.search_many(
+                [(SearchRequest(query=f"q{i}", user_id="a", top_k=5), f"ref-{i}") for i in range(80)])
+
+        try:
+            searches, added = await asyncio.gather(sample_a(), client.add_in_order(adds("b", 20)))
+        finally:
+            await client.aclose()
+    limit = client.concurrency()
+    assert [o["status"] for o in searches + added] == ["ok"] * 100
+    latency = statistics.median(o["latency_ms"] for o in searches)
+    assert latency <= SERVICE_MS / 2 * 3, (latency, limit)  # one or two in flight (10 ms, or behind one more)
+    assert limit["final"] <= 2, limit
+
+
 async def test_a_fixed_limit_queues_at_the_participant_instead(serial_server):
     """The same run with the adaptive limit off: 8 in flight, and each Search's time there is 8 services."""
     serial_server.reset()
@@ -90,6 +121,77 @@ def _simulate(limit, service_ms: float, capacity: int, replies: int, add_every: 
         limit.record(kind, service * -(-n // capacity) * (1.0 + 0.05 * (i % 3)))
         seen.append(limit.allowed())
     return seen
+
+
+def _simulate_two_samples(limit, add_ms: float = 300.0, search_ms: float = 35.0,
+                          samples: tuple[tuple[int, int], ...] = ((19, 150), (30, 120))) -> dict:
+    """The serial bench's shape (scripts/bench_serial.py) as events: a FIFO participant serving one request at a
+    time (Add 300 ms, Search 35 ms, +0/5/10 %), two samples at once, each sample's Adds one after another,
+    then all of its Searches. The client sends Adds first and sends while fewer than ``limit.allowed()`` are
+    in flight; an endpoint that wants a probe (AdaptiveLimit.wants_probe) waits for nothing in flight and
+    holds every other send until its reply, as ParticipantClient._sender does.
+
+    Returns ``{"search_p50", "share_at_most_2" (of replies seen at an allowed limit <= 2), "wall_ms"}``."""
+    import heapq
+
+    adds_left = [a for a, _ in samples]
+    add_queue, search_queue = list(range(len(samples))), []
+    at_server: list[dict] = []  # FIFO, the head in service
+    events: list = []  # (reply time, sequence, request)
+    now, in_flight, sends, sequence, probing = 0.0, 0, 0, 0, False
+    search_ms_seen, allowed_seen = [], []
+
+    def serve_head():
+        nonlocal sequence
+        sequence += 1
+        head = at_server[0]
+        service = (add_ms if head["kind"] == "add" else search_ms) * (1.0 + 0.05 * (sequence % 3))
+        heapq.heappush(events, (now + service, sequence, head))
+
+    while True:
+        while in_flight < limit.allowed() and (add_queue or search_queue) and not probing:
+            kind = "add" if add_queue else "search"
+            if limit.wants_probe(kind):
+                if in_flight:
+                    break
+                probing = True
+            sample = (add_queue if kind == "add" else search_queue).pop(0)
+            sends += 1
+            at_server.append({"kind": kind, "sample": sample, "sent": now, "alone": in_flight == 0, "n": sends})
+            in_flight += 1
+            if len(at_server) == 1:
+                serve_head()
+        if not events:
+            return {"search_p50": statistics.median(search_ms_seen), "wall_ms": now,
+                    "share_at_most_2": sum(a <= 2 for a in allowed_seen) / len(allowed_seen)}
+        now, _, done = heapq.heappop(events)
+        at_server.pop(0)
+        if at_server:
+            serve_head()
+        in_flight, probing = in_flight - 1, False
+        limit.record(done["kind"], now - done["sent"], alone=done["alone"] and sends == done["n"])
+        allowed_seen.append(limit.allowed())
+        if done["kind"] == "search":
+            search_ms_seen.append(now - done["sent"])
+        elif adds_left[done["sample"]] > 1:
+            adds_left[done["sample"]] -= 1
+            add_queue.append(done["sample"])
+        else:
+            search_queue.extend([done["sample"]] * samples[done["sample"]][1])
+
+
+@pytest.mark.parametrize("declared", [8, 64])
+def test_searches_that_only_ever_ran_beside_adds_are_compared_with_a_lone_one(declared):
+    """Found by the serial bench (docs/benchmarks.md): sample A's Searches started while sample B's Adds were
+    in flight at a limit of 2, so no Search ever ran alone and their baseline (the 10th percentile of their
+    own latencies) was already a queued latency: the limit grew to 8 (16 of 64) and a 35 ms Search was
+    reported at 294 ms (513 ms). A probe gives each endpoint one lone latency to check the baseline with."""
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
+    run = _simulate_two_samples(AdaptiveLimit(declared))
+    assert run["share_at_most_2"] >= 0.9, run
+    assert run["search_p50"] <= 2.2 * 35.0, run
+    assert run["wall_ms"] <= 1.01 * (49 * 300.0 + 270 * 35.0) * 1.05, run  # the server never waited
 
 
 @pytest.mark.parametrize("capacity, low, high", [(1, 1, 2), (4, 3, 8), (64, 64, 64)])

@@ -21,6 +21,17 @@ concurrency-limits ``Gradient2``):
   participant, and the limit shrinks to ``limit * tolerance / median`` (at most halved), so that the
   expected latency comes back under ``tolerance`` times the baseline.
 
+A baseline needs some unloaded latencies among the endpoint's own: an endpoint whose requests only ever
+ran beside others (a sample's Searches that start while another sample's Adds are in flight, at a limit
+already above 1) has a 10th percentile that is itself a queued latency, and every ratio reads about 1
+(measured: the limit grew to 8 against a one-at-a-time participant and a 35 ms Search was reported at
+294 ms; docs/benchmarks.md). So each endpoint's first request is a *probe* (:meth:`AdaptiveLimit.wants_probe`):
+the client sends it once nothing is in flight and sends nothing else until its reply, and every lone reply
+(no other request in flight from send to reply) is kept. When the quantile baseline is more than
+``tolerance`` times the median of the last :data:`ALONE_SAMPLES` lone latencies, the lone median is the
+baseline. A participant that keeps up answers queued requests about as fast as a lone one, so its
+quantile baseline stands (client jitter does not turn into a lower baseline).
+
 A participant that serves one request at a time answers ``n`` requests in flight in about ``n`` times
 its service time: at 2 in flight the median ratio is about 2 (> 1.5) and the limit falls to 1; at 1 it
 is about 1 and the limit grows to 2, so such a participant has one or two requests in flight. One that
@@ -46,24 +57,41 @@ MIN_WINDOW = 4
 BASELINE_SAMPLES = 256
 #: The quantile of those latencies taken as the endpoint's unloaded latency.
 BASELINE_QUANTILE = 0.1
+#: Lone latencies (no other request in flight) kept per endpoint; their median checks the quantile baseline.
+ALONE_SAMPLES = 8
 #: Most limit changes kept in :meth:`AdaptiveLimit.describe`'s trajectory (the first ones, then the last).
 TRAJECTORY_KEEP = 200
 
 
 class _Baseline:
-    """The :data:`BASELINE_QUANTILE` of an endpoint's last ``2 * size`` latencies (ms), read at each decision."""
+    """An endpoint's unloaded latency (ms), read at each decision.
 
-    __slots__ = ("recent",)
+    The :data:`BASELINE_QUANTILE` of its last ``2 * size`` latencies, unless that is more than ``tolerance``
+    times the median of its last :data:`ALONE_SAMPLES` *lone* latencies (replies of requests that had no
+    other request in flight from sending to reply): then every recent latency was a queued one, and the
+    lone median is the unloaded latency.
+    """
 
-    def __init__(self, size: int):
+    __slots__ = ("recent", "alone", "tolerance")
+
+    def __init__(self, size: int, tolerance: float):
         self.recent: deque[float] = deque(maxlen=2 * size)
+        self.alone: deque[float] = deque(maxlen=ALONE_SAMPLES)
+        self.tolerance = tolerance
 
-    def add(self, latency_ms: float) -> None:
+    def add(self, latency_ms: float, alone: bool) -> None:
         self.recent.append(latency_ms)
+        if alone:
+            self.alone.append(latency_ms)
 
     def value(self) -> float:
         ordered = sorted(self.recent)
-        return ordered[int(BASELINE_QUANTILE * (len(ordered) - 1))]
+        low = ordered[int(BASELINE_QUANTILE * (len(ordered) - 1))]
+        if self.alone:
+            lone = statistics.median(self.alone)
+            if low > self.tolerance * lone:
+                return lone
+        return low
 
 
 class AdaptiveLimit:
@@ -107,16 +135,32 @@ class AdaptiveLimit:
         """Requests that may be in flight now: ``floor(limit)``, between 1 and ``max_limit``."""
         return max(1, min(self.max_limit, int(self.limit)))
 
-    def record(self, key: Hashable, latency_ms: float) -> None:
-        """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply)."""
+    def wants_probe(self, key: Hashable) -> bool:
+        """True while endpoint ``key`` has no lone reply yet: its next request should be sent alone.
+
+        The caller (:meth:`aml_ray.actors.participant.ParticipantClient._sender`) then waits until nothing
+        is in flight, sends it, and sends nothing else until its reply: one lone latency per endpoint, so
+        an endpoint whose requests only ever ran beside others (Searches that start while another
+        sample's Adds are in flight) still has a true unloaded latency (:class:`_Baseline`).
+        """
+        if not self.enabled or self.max_limit == 1:
+            return False
+        baseline = self._baselines.get(key)
+        return baseline is None or not baseline.alone
+
+    def record(self, key: Hashable, latency_ms: float, alone: bool = False) -> None:
+        """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
+
+        ``alone``: no other request to this participant was in flight from its sending to its reply.
+        """
         self._replies += 1
         if not self.enabled:
             return
         baseline = self._baselines.get(key)
         if baseline is None:
-            baseline = self._baselines[key] = _Baseline(self._baseline_samples)
+            baseline = self._baselines[key] = _Baseline(self._baseline_samples, self.tolerance)
         latency_ms = max(latency_ms, 1e-3)
-        baseline.add(latency_ms)
+        baseline.add(latency_ms, alone)
         self._window.append((baseline, latency_ms))
         if len(self._window) >= max(self.min_window, self.allowed()):
             # one sort per endpoint per decision (about one round of the limit), not per reply

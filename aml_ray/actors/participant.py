@@ -192,6 +192,13 @@ class ParticipantClient:
         # how many of the senders may send now (issue 29); senders at or above it wait in _parked
         self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency)
         self._parked: dict[int, asyncio.Future] = {}
+        # lone replies (AdaptiveLimit.record's ``alone``): requests in flight now, requests sent so far, and
+        # the probe out now (an endpoint's first request sent alone: AdaptiveLimit.wants_probe), done when
+        # its reply is back; _drained is done when nothing is in flight (awaited by a probe's sender)
+        self._in_flight = 0
+        self._sends = 0
+        self._probe: asyncio.Future | None = None
+        self._drained: asyncio.Future | None = None
         self._limiter: AsyncLimiter | None = None
         # endpoint -> its parsed URL: aiohttp parses a str URL on every request (a URL object measured
         # cheaper: docs/benchmarks.md)
@@ -224,6 +231,7 @@ class ParticipantClient:
         await asyncio.gather(*self._senders, return_exceptions=True)
         self._senders = []
         self._parked.clear()
+        self._in_flight, self._probe, self._drained = 0, None, None
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -270,6 +278,15 @@ class ParticipantClient:
                 continue
             if self._limiter is not None:
                 await self._limiter.acquire()
+            probe = await self._await_turn(url) if self._probe is not None or limit.wants_probe(url) else None
+            if reply.done():  # its caller was cancelled while a probe was out
+                if probe is not None:
+                    self._end_probe(probe)
+                continue
+            alone_at_send = self._in_flight == 0
+            self._in_flight += 1
+            self._sends += 1
+            send_number = self._sends
             t0 = time.perf_counter()
             try:
                 async with client.post(url, data=data, allow_redirects=False) as resp:
@@ -283,12 +300,51 @@ class ParticipantClient:
                 if not reply.done():
                     reply.set_exception(exc)
                 continue
+            finally:
+                self._sent_back(probe)
             latency_ms = (time.perf_counter() - t0) * 1000
-            limit.record(url, latency_ms)
+            limit.record(url, latency_ms, alone=alone_at_send and self._sends == send_number)
             if self._parked:
                 self._unpark()
             if not reply.done():
                 reply.set_result((status, raw, retry_after, latency_ms, (t0 - queued) * 1000))
+
+    async def _await_turn(self, url: URL) -> asyncio.Future | None:
+        """Wait while another sender's probe is out; if ``url``'s endpoint wants one, become the probe.
+
+        A probe (:meth:`AdaptiveLimit.wants_probe`: the endpoint has no lone reply yet) is sent once
+        nothing else is in flight, and no other request is sent until its reply: its latency is the
+        endpoint's unloaded one. Returns the probe's future (resolved by :meth:`_sent_back`), or None.
+        """
+        loop = asyncio.get_running_loop()
+        while self._probe is not None:
+            await asyncio.shield(self._probe)
+        if not self.limit.wants_probe(url):
+            return None
+        probe = self._probe = loop.create_future()
+        try:
+            while self._in_flight:
+                if self._drained is None or self._drained.done():
+                    self._drained = loop.create_future()
+                await asyncio.shield(self._drained)
+        except BaseException:  # aclose() while draining: the other senders must not wait on it
+            self._end_probe(probe)
+            raise
+        return probe
+
+    def _end_probe(self, probe: asyncio.Future) -> None:
+        if self._probe is probe:
+            self._probe = None
+        if not probe.done():
+            probe.set_result(None)
+
+    def _sent_back(self, probe: asyncio.Future | None) -> None:
+        """One request's reply (or failure) is back: count it out, and end the probe if it was one."""
+        self._in_flight -= 1
+        if not self._in_flight and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if probe is not None:
+            self._end_probe(probe)
 
     def _target(self, url: str) -> URL:
         return self._targets.get(url) or self._targets.setdefault(url, URL(url))
