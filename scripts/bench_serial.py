@@ -27,7 +27,12 @@ Printed per participant, with the machine's load average (``os.getloadavg``) at 
   min/max/final;
 - a peer-style harness in the same run against the same server: one plain sequential loop (every Add
   of every sample in order, then each question's Search and the offline extractive answer), its wall
-  time and CPU-seconds per question.
+  time and CPU-seconds per question. Measured twice: the loop alone, inside this process, with the
+  dataset already loaded (``peer loop``); and as a command of its own like aml-ray's (``peer
+  command``: ``python scripts/bench_serial.py peer URL SAMPLES OUT``, from its start to its exit: the
+  interpreter, its imports, loading the dataset, the loop, the offline lexical judge and F1 of every
+  answer, and its results written as JSON). aml-ray's wall is a whole command's, so the second is the
+  like-for-like comparison; both are printed.
 """
 
 from __future__ import annotations
@@ -153,8 +158,11 @@ def run_command(base_url: str, samples: int, out: Path, concurrency: int, num_cp
             "tree": tree, "run": json.loads((out / "run.json").read_text())}
 
 
-def peer_harness(base_url: str, samples: int, run_id: str) -> dict[str, Any]:
-    """A peer-style harness: one sequential loop, every Add in order, then Search and answer each question."""
+def peer_harness(base_url: str, samples: int, run_id: str, keep_answers: bool = False) -> dict[str, Any]:
+    """A peer-style harness: one sequential loop, every Add in order, then Search and answer each question.
+
+    ``keep_answers``: the result also holds ``answers``, ``[(question, answer, golds), ...]``.
+    """
     import httpx
 
     from aml_ray.datasets.registry import get_dataset
@@ -168,6 +176,7 @@ def peer_harness(base_url: str, samples: int, run_id: str) -> dict[str, Any]:
         rows = [inputs.sample_row(i) for i in range(inputs.n_samples)]
     t0, c0 = time.perf_counter(), time.thread_time()
     answered = 0
+    answers = []
     with httpx.Client(timeout=600) as http:
         for row in rows:
             for add in json.loads(row["adds_json"]):
@@ -177,9 +186,38 @@ def peer_harness(base_url: str, samples: int, run_id: str) -> dict[str, Any]:
                 resp = http.post(f"{base_url}/search", json={"query": q["question"], "user_id": q["user_id"],
                                                                "top_k": 100})
                 resp.raise_for_status()
-                extractive_answer(q["question"], resp.json()["data"])
+                answer = extractive_answer(q["question"], resp.json()["data"])
                 answered += 1
-    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.thread_time() - c0, "questions": answered}
+                if keep_answers:
+                    answers.append((q["question"], answer, json.loads(q["gold"])))
+    out = {"wall_s": time.perf_counter() - t0, "cpu_s": time.thread_time() - c0, "questions": answered}
+    return {**out, "answers": answers} if keep_answers else out
+
+
+def peer_command(base_url: str, samples: int) -> dict[str, Any]:
+    """The peer-style harness as a command of its own (``peer_main``): wall time from start to exit."""
+    with tempfile.TemporaryDirectory(prefix="aml-peer-cmd-") as tmp:
+        out = Path(tmp) / "peer.json"
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, __file__, "peer", base_url, str(samples), str(out)], check=True)
+        wall = time.monotonic() - t0
+        result = json.loads(out.read_text())
+    return {**result, "loop_wall_s": result["wall_s"], "wall_s": wall}
+
+
+def peer_main(base_url: str, samples: int, out: Path) -> None:
+    """A peer's whole evaluation command: load LoCoMo, the loop (:func:`peer_harness`), judge, write results."""
+    from aml_ray.scoring import lexical_verdict, token_f1
+
+    t0 = time.process_time()
+    peer = peer_harness(base_url, samples, f"peercmd{time.time_ns()}", keep_answers=True)
+    scored = []
+    for question, answer, golds in peer.pop("answers"):
+        label, _ = lexical_verdict(answer, golds)
+        scored.append({"question": question, "answer": answer, "verdict": label,
+                       "f1": max(token_f1(answer, str(g)) for g in golds)})
+    out.write_text(json.dumps({**peer, "cpu_s_command": time.process_time() - t0,
+                               "correct": sum(r["verdict"] == "CORRECT" for r in scored), "rows": scored}))
 
 
 def one_participant(kind: str, args) -> dict[str, Any]:
@@ -201,6 +239,8 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         server.reset()
         peer = None if args.skip_peer else peer_harness(server.base_url, args.serial_samples, f"peer{time.time_ns()}")
         peer_stats = server.stats()
+        server.reset()
+        peer_cmd = None if args.skip_peer else peer_command(server.base_url, args.serial_samples)
     n_adds, n_searches = st["n"]["add"], st["n"]["search"]
     run = cmd["run"]
     n_q = run["dataset"]["scorable_questions"]
@@ -237,7 +277,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         "search_queue_ms": run["search"].get("queue_ms"), "add_latency_ms": run["adds"]["latency_ms"],
         "limit": {k: conc.get(k) for k in ("declared", "min", "max", "final")},
         "server_max_in_flight": st["max_in_flight"],
-        "peer": peer, "peer_server_max_in_flight": peer_stats["max_in_flight"],
+        "peer": peer, "peer_server_max_in_flight": peer_stats["max_in_flight"], "peer_command": peer_cmd,
     }
 
 
@@ -269,8 +309,13 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
                   f"bound {r['bound_s']:.2f} s ({r['bound_note']})")
             if r["peer"]:
                 p = r["peer"]
-                print(f"  peer-style harness (same server) {p['wall_s']:7.2f} s = {p['wall_s'] / r['bound_s']:.2f} x bound; "
-                      f"aml-ray / peer = {r['wall_s'] / p['wall_s']:.2f}; peer CPU {1000 * p['cpu_s'] / p['questions']:.2f} ms/question")
+                print(f"  peer loop (in this process)      {p['wall_s']:7.2f} s = {p['wall_s'] / r['bound_s']:.2f} x bound; "
+                      f"aml-ray / peer loop = {r['wall_s'] / p['wall_s']:.2f}; its CPU {1000 * p['cpu_s'] / p['questions']:.2f} ms/question")
+            if r.get("peer_command"):
+                c = r["peer_command"]
+                print(f"  peer command (start to exit)     {c['wall_s']:7.2f} s = {c['wall_s'] / r['bound_s']:.2f} x bound; "
+                      f"aml-ray / peer command = {r['wall_s'] / c['wall_s']:.2f}; its CPU "
+                      f"{1000 * c['cpu_s_command'] / c['questions']:.2f} ms/question (its process only); its loop {c['loop_wall_s']:.2f} s")
             print(f"  command -> first Add of the run  {r['command_to_first_add_s']:7.2f} s (pre-flight probe Add at "
                   f"{r['command_to_probe_add_s']:.2f} s); last Search -> exit {r['last_search_to_exit_s']:.2f} s")
             print(f"  timings in run.json              {r['timings']}")
@@ -289,4 +334,7 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - run through bench_pipeline.py --mode serial
-    sys.exit("run: .venv/bin/python scripts/bench_pipeline.py --mode serial")
+    if sys.argv[1:2] == ["peer"]:  # the peer command (peer_command)
+        peer_main(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        sys.exit("run: .venv/bin/python scripts/bench_pipeline.py --mode serial")

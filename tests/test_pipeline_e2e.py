@@ -341,3 +341,21 @@ def test_an_offline_batch_is_filled_by_one_searched_sample(locomo_file):
     scorable = [sum(q.get("category") != 5 for q in s["qa"]) for s in json.loads(locomo_file.read_text())]
     offline = model_endpoint_from_env("answer", {})
     assert offline.offline and PipelineOptions().model_batch_for(offline) <= min(scorable) == 81
+
+
+def test_offline_models_inside_the_ingest_actor_give_the_same_rows_as_their_own_stages(tmp_path, locomo_file):
+    """Both models offline: Answer and Judge run inside the Ingest actor (aml_ray.stages.ingest, issue 29: two
+    actors and their Ray Data operators cost more CPU than the models). Every question's answer, context,
+    verdict and F1 are those of the layout with Answer and Judge as operators of their own."""
+    from aml_ray.run.pipeline import PipelineOptions
+
+    columns = ["question_id", "status", "answer", "context_tokens", "memories_in_context", "verdict", "f1", "bleu1"]
+    rows = {}
+    with ReferenceServer(tmp_path / "ref") as ref:
+        for inline in (True, False):
+            spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+            result = evaluate(config(tmp_path / f"inline-{inline}", spec, locomo_file, limit_samples=1,
+                                     options=PipelineOptions(offline_models_inline=inline)))
+            rows[inline] = read_questions(result.run_dir).select(columns).sort("question_id")
+    assert rows[True].height == 199 and rows[True].filter(pl.col("status") == "scored").height == 152
+    assert rows[True].equals(rows[False])

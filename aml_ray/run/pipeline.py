@@ -57,10 +57,14 @@ class PipelineOptions:
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
         samples_per_task: samples per Ingest task; None picks one with :meth:`ingest_layout`.
+        offline_models_inline: when both models are offline, answer and judge inside the Ingest actor
+            (:mod:`aml_ray.stages.ingest`); False keeps them as Ray Data operators of their own, as an
+            online model's are (the stage layout a test of those operators needs).
     """
 
     ingest_parallelism: int = 16
     batches_in_flight: int = 8
+    offline_models_inline: bool = True
     model_batch_size: int | None = None
     samples_per_task: int | None = None
 
@@ -288,29 +292,31 @@ def run_pipeline(
     # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
     # sample in the actor when its turn comes
     per_task, tasks = opts.ingest_layout(inputs.n_samples, retrieval_only=retrieval_only)
+    answer_kwargs = {"endpoint": answer, "client": answer_client, "prompt": answer_prompt,
+                     "budget_tokens": context_budget_tokens, "tracker": tracker, "media_root": media_root,
+                     "image_tokens": image_tokens}
+    judge_kwargs = {"endpoint": judge, "client": judge_client, "prompt": judge_prompt, "f1_rule": f1_rule,
+                    "judge_runs": judge_runs, "scorer": scorer, "tracker": tracker}
+    # both models offline: they run inside the Ingest actor (no model call to wait for; two operators and
+    # their actors cost more CPU than the models: aml_ray.stages.ingest)
+    inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
     ds = ray.data.from_items([{"path": p} for p in inputs.sample_paths()],
                              override_num_blocks=max(1, -(-inputs.n_samples // per_task)))
     ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),
                         fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
                                                "top_k": top_k, "tracker": tracker, "final": retrieval_only,
-                                               "samples_at_once": None if per_task == 1 else opts.ingest_parallelism},
+                                               "samples_at_once": None if per_task == 1 else opts.ingest_parallelism,
+                                               "offline_models": (answer_kwargs, judge_kwargs) if inline else None},
                         **common)
     # Ingest emits one block per sample, its questions searched. Ray Data bundles blocks up to the
     # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
     # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
     answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
-    if not retrieval_only:
+    if not retrieval_only and not inline:
         ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
-                            fn_constructor_kwargs={"endpoint": answer, "client": answer_client,
-                                                   "prompt": answer_prompt,
-                                                   "budget_tokens": context_budget_tokens, "tracker": tracker,
-                                                   "media_root": media_root, "image_tokens": image_tokens},
-                            **common)
+                            fn_constructor_kwargs=answer_kwargs, **common)
         ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
-                            fn_constructor_kwargs={"endpoint": judge, "client": judge_client,
-                                                   "prompt": judge_prompt, "f1_rule": f1_rule,
-                                                   "judge_runs": judge_runs, "scorer": scorer,
-                                                   "tracker": tracker}, **common)
+                            fn_constructor_kwargs=judge_kwargs, **common)
 
     writer = QuestionWriter(run_dir)
     writer.write(iter_excluded(inputs))

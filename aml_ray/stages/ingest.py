@@ -18,6 +18,13 @@ driver), not here: a Parquet write per sample on this event loop took CPU from t
 Streaming mode: questions that carry a ``step`` (the number of the sample's sessions added before they
 are asked) are searched here, right after the Adds of their step returned and before the next Add is
 sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming mode").
+
+Offline models (``offline_models``): when both the answer and the judge model are the embedded offline ones,
+they run here, on each task's rows, instead of as two Ray Data operators of their own: there is no model
+call to wait for (0.03 ms of CPU a question for the answer), while each of those operators cost an actor
+process and per-batch Ray Data work at full rate (3.1 and 1.3 ms of CPU a question against a
+one-at-a-time participant; docs/benchmarks.md). Their imports and the tokenizer load in a thread started
+with the actor, beside its first Adds.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -107,10 +115,14 @@ class IngestStage:
         samples_at_once: at most this many samples in progress in this actor across its tasks (each
             task's samples run at once; :attr:`aml_ray.run.pipeline.PipelineOptions.samples_per_task`); None:
             no actor-wide limit (the tasks' own count bounds it).
+        offline_models: ``(answer_kwargs, judge_kwargs)``, the constructor arguments of
+            :class:`~aml_ray.stages.answer.AnswerStage` and :class:`~aml_ray.stages.judge_stage.JudgeStage`
+            when both models are offline: each task's rows leave this stage answered and judged (see the
+            module docstring). None: they leave searched.
     """
 
     def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False,
-                 samples_at_once: int | None = None):
+                 samples_at_once: int | None = None, offline_models: tuple[dict, dict] | None = None):
         use_arrow_ipc_serialization()
         tune_actor_process()
         self.participant = participant
@@ -125,6 +137,38 @@ class IngestStage:
         self._journalled: dict[str, int] = {}  # sample -> its Adds in the journal (a resumed run's included)
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
         self._taken_over = False  # the driver's head start handed its Adds over (ProgressTracker.take_over)
+        self._models: list | None = None  # the offline Answer and Judge stages, built by _loading
+        self._models_error: BaseException | None = None
+        self._loading: threading.Thread | None = None
+        if offline_models is not None:
+            self._loading = threading.Thread(target=self._load_models, args=offline_models, daemon=True,
+                                             name="offline-models")
+            self._loading.start()
+
+    def _load_models(self, answer: dict[str, Any], judge: dict[str, Any]) -> None:
+        """Build the offline Answer and Judge stages (their imports, and the tokenizer: one context fitted)."""
+        try:
+            from aml_ray.models.context import fit_context
+            from aml_ray.stages.answer import AnswerStage
+            from aml_ray.stages.judge_stage import JudgeStage
+
+            stages = [AnswerStage(**answer), JudgeStage(**judge)]
+            fit_context([{"content": "warm"}], stages[0].budget, stages[0].endpoint.model)
+            self._models = stages
+        except BaseException as exc:  # noqa: BLE001 - raised by the first task that needs them
+            self._models_error = exc
+
+    async def _answered_and_judged(self, table: pa.Table) -> pa.Table:
+        """A task's searched rows through the offline Answer and Judge stages (``offline_models``)."""
+        assert self._loading is not None
+        if self._loading.is_alive():
+            await asyncio.to_thread(self._loading.join)
+        if self._models_error is not None:
+            raise self._models_error
+        assert self._models is not None
+        for stage in self._models:
+            table = await stage(table)
+        return table
 
     async def _add(self, sample_id: str, journal: AddJournal, adds: list[dict], meta: list[dict]) -> None:
         """Send ``adds`` in order through the client, journalling each outcome as it arrives.
@@ -229,7 +273,8 @@ class IngestStage:
             raise failed.exceptions[0] from None
         finally:
             self.progress.flush()
-        return pa.concat_tables([t.result() for t in tasks])
+        out = pa.concat_tables([t.result() for t in tasks])
+        return out if self._loading is None else await self._answered_and_judged(out)
 
     async def _held(self, row: dict[str, Any]) -> pa.Table:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
