@@ -111,6 +111,7 @@ def _run(out_dir: Path) -> dict:
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.pipeline import PipelineOptions
     from aml_ray.run.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
@@ -130,7 +131,9 @@ def _run(out_dir: Path) -> dict:
             result = evaluate(EvaluationConfig(
                 dataset="locomo", participant=spec, out_dir=out_dir / "run", data_path=LOCOMO_FILE,
                 answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {}),
-                limit_samples=1, run_label="two-nodes"))
+                limit_samples=1, run_label="two-nodes",
+                # three stage actors to spread, as with online models (offline ones would run inside Ingest)
+                options=PipelineOptions(offline_models_inline=False)))
         actors = [(a["ActorClassName"], a["Address"]["NodeID"]) for a in ray._private.state.actors().values()]
         alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         q = result.questions
