@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 import aml_ray.run.evaluation as evaluation
@@ -176,3 +177,24 @@ def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 3, out.stderr[-2000:]
     assert out.stdout == ("result printed" if ray_here else "result printedteardown ran\n")
+
+
+def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_teardown():
+    """Ctrl-C inside the run's own ray.shutdown() left Ray up; the command then left through sys.exit, whose
+    teardown destroyed Ray's core worker under its running I/O thread: `aml-ray run` died of SIGSEGV after
+    printing "interrupted" (a core file: TaskManager::RecordMetrics under CoreWorkerProcess::HandleAtExit).
+    Now exit_process shuts that Ray down and leaves without the teardown, with the code asked for."""
+    code = ("import atexit, sys\n"
+            "import ray\n"
+            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
+            "init_ray(num_cpus=1, private=True)\n"
+            "raylet = ray._private.worker._global_node.all_processes['raylet'][0].process.pid\n"
+            "atexit.register(lambda: print('teardown ran'))\n"
+            "print(raylet, end=' ', flush=True)\n"
+            "exit_process(130)\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 130, out.stderr[-2000:]
+    raylet = int(out.stdout.split()[0])
+    assert out.stdout == f"{raylet} "  # no teardown: the atexit handler did not run
+    assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE

@@ -139,15 +139,26 @@ def exit_process(code: int | str | None = 0) -> NoReturn:
     without Ray; docs/benchmarks.md), time the command's caller waits for. So such a process flushes its
     standard streams and leaves with ``os._exit``: atexit handlers do not run, and nothing of aml-ray's is
     pending then (run.json, results and evidence are written atomically and closed; the reference system's
-    process ends with its parent). Any other process (Ray still running, a cluster joined, no Ray) exits
-    with ``sys.exit``, which runs the usual teardown (Ray's own atexit shutdown included).
+    process ends with its parent). A process whose own Ray is still up (a Ctrl-C inside its shutdown) shuts
+    it down first and leaves the same way: the teardown with Ray's core worker alive crashed (SIGSEGV).
+    Any other process (a cluster joined, no Ray) exits with ``sys.exit``, which runs the usual teardown
+    (Ray's own atexit shutdown included).
     """
     if isinstance(code, str):  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         code = 1
     code = 0 if code is None else int(code)
     ray = sys.modules.get("ray")
-    if _started_here and ray is not None and not ray.is_initialized():
+    if _started_here and ray is not None and ray.is_initialized():
+        # Still up: a Ctrl-C landed inside the run's own ray.shutdown(). The interpreter's teardown would
+        # then destroy Ray's core worker while its I/O thread still runs (a core file of `aml-ray run`
+        # after Ctrl-C: SIGSEGV in TaskManager::RecordMetrics under CoreWorkerProcess::HandleAtExit, exit
+        # -11 instead of 130, 1 run in 4-8 of tests/test_interrupt.py): shut it down again and leave below.
+        try:
+            shutdown_ray()
+        except BaseException:  # noqa: BLE001 - another Ctrl-C: leave anyway, without the teardown
+            pass
+    if _started_here and ray is not None:
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
                 stream.flush()
