@@ -66,30 +66,29 @@ TRAJECTORY_KEEP = 200
 class _Baseline:
     """An endpoint's unloaded latency (ms), read at each decision.
 
-    The :data:`BASELINE_QUANTILE` of its last ``2 * size`` latencies, unless that is more than ``tolerance``
-    times the median of its last :data:`ALONE_SAMPLES` *lone* latencies (replies of requests that had no
+    The :data:`BASELINE_QUANTILE` of its last ``2 * size`` latencies, unless that is more than the limit's
+    ``tolerance`` times the median of its last :data:`ALONE_SAMPLES` *lone* latencies (replies of requests that had no
     other request in flight from sending to reply): then every recent latency was a queued one, and the
     lone median is the unloaded latency.
     """
 
-    __slots__ = ("recent", "alone", "tolerance")
+    __slots__ = ("recent", "alone")
 
-    def __init__(self, size: int, tolerance: float):
+    def __init__(self, size: int):
         self.recent: deque[float] = deque(maxlen=2 * size)
         self.alone: deque[float] = deque(maxlen=ALONE_SAMPLES)
-        self.tolerance = tolerance
 
     def add(self, latency_ms: float, alone: bool) -> None:
         self.recent.append(latency_ms)
         if alone:
             self.alone.append(latency_ms)
 
-    def value(self) -> float:
+    def value(self, tolerance: float) -> float:
         ordered = sorted(self.recent)
         low = ordered[int(BASELINE_QUANTILE * (len(ordered) - 1))]
         if self.alone:
             lone = statistics.median(self.alone)
-            if low > self.tolerance * lone:
+            if low > tolerance * lone:
                 return lone
         return low
 
@@ -158,13 +157,13 @@ class AdaptiveLimit:
             return
         baseline = self._baselines.get(key)
         if baseline is None:
-            baseline = self._baselines[key] = _Baseline(self._baseline_samples, self.tolerance)
+            baseline = self._baselines[key] = _Baseline(self._baseline_samples)
         latency_ms = max(latency_ms, 1e-3)
         baseline.add(latency_ms, alone)
         self._window.append((baseline, latency_ms))
         if len(self._window) >= max(self.min_window, self.allowed()):
             # one sort per endpoint per decision (about one round of the limit), not per reply
-            floors = {id(b): b.value() for b, _ in self._window}
+            floors = {id(b): b.value(self.tolerance) for b, _ in self._window}
             self._decide(statistics.median(lat / floors[id(b)] for b, lat in self._window))
             self._window.clear()
 
