@@ -1,9 +1,10 @@
 """Node-loss drill: a LoCoMo job on a two-node local Ray cluster loses its worker node mid-run.
 
 A head node (the driver's, 1 CPU) and a worker node (2 CPUs and a ``worker_node`` resource) run under
-``ray.cluster_utils.Cluster`` (never ``ray stop``). Every Ray Data stage actor (Ingest, Search, Answer,
-Judge) is placed on the worker node (``DataContext.scheduling_strategy`` = soft node affinity), so the
-loss of that node takes all of them at once. The participant is the reference memory system run as the
+``ray.cluster_utils.Cluster`` (never ``ray stop``). Every stage actor (with both models offline, the one
+Ingest actor that also answers and judges) is placed on the worker node
+(``PipelineOptions.stage_scheduling`` = soft node affinity), so the loss of that node takes all of them at
+once. The participant is the reference memory system run as the
 chaos participant with every request slowed (``slow=1.0``, ``slow_s``), so the Adds take seconds.
 When the Add journals (``evidence/adds/<sample>.jsonl``) hold ``--remove-after`` rows (or, with
 ``--remove-at-stage STAGE``, once that stage reported progress), the worker node is killed
@@ -143,12 +144,12 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
         The figures and counts printed as ``RESULT``.
     """
     import ray
-    import ray.data
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.pipeline import PipelineOptions
     from aml_ray.run.ray_runtime import local_cluster
     from aml_ray.reference.server import ReferenceServer
 
@@ -162,17 +163,15 @@ def run(out_dir: Path, *, samples: int, slow_s: float, remove_after: int, gracef
         cluster, worker, worker_id = local.cluster, local.nodes[0], local.node_ids[0]
         head_id = ray.get_runtime_context().get_node_id()
         cluster_ready_s = time.perf_counter() - t_start
-        ctx = ray.data.DataContext.get_current()
         # every stage actor on the worker node; soft, so restarts go to the head once the node is gone
-        ctx.scheduling_strategy = NodeAffinitySchedulingStrategy(worker_id, soft=True)
-        ctx.enable_progress_bars = False
+        stages_on_worker = PipelineOptions(stage_scheduling=NodeAffinitySchedulingStrategy(worker_id, soft=True))
         run_root = out_dir / "run"
         with ReferenceServer(out_dir / "ref", faults=f"slow=1.0,slow_s={slow_s}") as ref:
             spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url, max_in_flight=max_in_flight)
             cfg = EvaluationConfig(
                 dataset="locomo", participant=spec, out_dir=run_root, data_path=LOCOMO_FILE,
                 answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {}),
-                limit_samples=samples, run_label="node-loss")
+                limit_samples=samples, run_label="node-loss", options=stages_on_worker)
             watcher = Watcher(cluster, worker, worker_id, run_root, remove_after, graceful, remove_at_stage)
             watcher.start()
             try:

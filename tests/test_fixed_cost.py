@@ -117,21 +117,26 @@ def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_
 
 
 def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
-    """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS, the raylet
-    and the log monitor only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started. Ray's
-    own start methods are put back after the start. In a process of its own (one Ray per process)."""
-    code = ("import ray\n"
-            "from ray._private import node, worker\n"
+    """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS and the
+    raylet only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started, nor (a quiet run:
+    nobody reads the workers' output) the log monitor. The cluster records no task events and no metrics
+    (CPU in every process for a dashboard and a state API it does not run). Ray's own start methods are
+    put back after the start. In a process of its own (one Ray per process)."""
+    code = ("import json, ray\n"
+            "from ray._private import node, state, worker\n"
             "from aml_ray.run.ray_runtime import init_ray\n"
-            "saved = node.Node.start_monitor\n"
+            "saved = node.Node.start_monitor, node.Node.start_log_monitor\n"
             "assert init_ray(num_cpus=1, private=True)\n"
             "assert ray.get(ray.remote(lambda: 41 + 1).options(num_cpus=0).remote()) == 42\n"
-            "print(sorted(worker._global_node.all_processes), node.Node.start_monitor is saved)\n"
+            "config = state.state.get_system_config()\n"
+            "print(json.dumps([sorted(worker._global_node.all_processes),\n"
+            "                  (node.Node.start_monitor, node.Node.start_log_monitor) == saved,\n"
+            "                  config.get('task_events_report_interval_ms'), config.get('enable_metrics_collection')]))\n"
             "ray.shutdown()\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "['gcs_server', 'log_monitor', 'raylet'] True"
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [["gcs_server", "raylet"], True, 0, False]
 
 
 def test_evaluate_refuses_a_dataset_with_nothing_to_score_before_any_run_file(tmp_path, monkeypatch):

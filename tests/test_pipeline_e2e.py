@@ -346,16 +346,27 @@ def test_an_offline_batch_is_filled_by_one_searched_sample(locomo_file):
 def test_offline_models_inside_the_ingest_actor_give_the_same_rows_as_their_own_stages(tmp_path, locomo_file):
     """Both models offline: Answer and Judge run inside the Ingest actor (aml_ray.stages.ingest, issue 29: two
     actors and their Ray Data operators cost more CPU than the models). Every question's answer, context,
-    verdict and F1 are those of the layout with Answer and Judge as operators of their own."""
+    verdict and F1 are those of the layout with Answer and Judge as operators of their own.
+
+    With Ingest the only stage, the driver calls one Ingest actor itself: no Ray Data operator (``MapWorker``)
+    is started for the run (aml_ray.run.pipeline._single_stage; Ray Data's executor and helper actors cost
+    CPU a question and do nothing for one stage)."""
+    import ray
+
     from aml_ray.run.pipeline import PipelineOptions
 
     columns = ["question_id", "status", "answer", "context_tokens", "memories_in_context", "verdict", "f1", "bleu1"]
-    rows = {}
+    rows, started = {}, {}
     with ReferenceServer(tmp_path / "ref") as ref:
         for inline in (True, False):
+            before = set(ray._private.state.actors())
             spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
             result = evaluate(config(tmp_path / f"inline-{inline}", spec, locomo_file, limit_samples=1,
                                      options=PipelineOptions(offline_models_inline=inline)))
             rows[inline] = read_questions(result.run_dir).select(columns).sort("question_id")
+            started[inline] = {a["ActorClassName"] for aid, a in ray._private.state.actors().items() if aid not in before}
     assert rows[True].height == 199 and rows[True].filter(pl.col("status") == "scored").height == 152
     assert rows[True].equals(rows[False])
+    assert "IngestFromFiles" in started[True] and not [c for c in started[True] if c.startswith("MapWorker(")]
+    assert {"MapWorker(MapBatches(IngestFromFiles))", "MapWorker(MapBatches(AnswerStage))",
+            "MapWorker(MapBatches(JudgeStage))"} <= started[False], started

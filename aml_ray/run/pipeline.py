@@ -4,7 +4,13 @@ Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_
 added in order while samples run in parallel; a sample's questions are searched as soon as that
 sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
 question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through Answer and Judge with
-backpressure between operators. A retrieval-only run stops after Search. Every stage is an actor pool
+backpressure between operators. A retrieval-only run stops after Search.
+
+A job whose only stage is Ingest (retrieval-only, or both models offline and answered inside the Ingest
+actor) does not go through Ray Data: the driver calls one Ingest actor itself (:func:`_single_stage`).
+Ray Data's streaming executor and its helper actors (stats, actor locations, autoscaling coordinator)
+cost about 1.6 ms of CPU a question against a one-at-a-time participant and nothing for one stage
+(measured: docs/benchmarks.md). Every stage is an actor pool
 of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, docs/ray-notes.md), sending
 one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
 """
@@ -14,10 +20,12 @@ from __future__ import annotations
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
@@ -60,6 +68,9 @@ class PipelineOptions:
         offline_models_inline: when both models are offline, answer and judge inside the Ingest actor
             (:mod:`aml_ray.stages.ingest`); False keeps them as Ray Data operators of their own, as an
             online model's are (the stage layout a test of those operators needs).
+        stage_scheduling: a Ray scheduling strategy for every stage actor (e.g.
+            ``NodeAffinitySchedulingStrategy(node_id, soft=True)``); None: Ray Data's for its stages,
+            Ray's default for a single-stage job's Ingest actor.
     """
 
     ingest_parallelism: int = 16
@@ -67,6 +78,7 @@ class PipelineOptions:
     offline_models_inline: bool = True
     model_batch_size: int | None = None
     samples_per_task: int | None = None
+    stage_scheduling: Any = None
 
     def ingest_layout(self, n_samples: int, *, retrieval_only: bool = False) -> tuple[int, int]:
         """``(samples per Ingest task, Ingest tasks at once)`` for a run of ``n_samples``.
@@ -186,6 +198,87 @@ def _hand_over(tracker, head_start: HeadStart, stop: threading.Event) -> None:
     tracker.release.remote()
 
 
+def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_flight: int,
+                  scheduling: Any = None) -> Iterator[pa.Table]:
+    """Run a job whose only stage is Ingest on one plain Ray actor; yield each task's rows as it ends.
+
+    Args:
+        ingest_kwargs: :class:`~aml_ray.stages.IngestFromFiles`'s constructor arguments.
+        blocks: the sample file paths of each Ingest task (as Ray Data's blocks would hold them).
+        in_flight: tasks the actor runs at once (an async actor's ``max_concurrency``); the others wait
+            in its queue.
+        scheduling: the actor's Ray scheduling strategy (:attr:`PipelineOptions.stage_scheduling`).
+
+    Yields:
+        Each task's output table (:meth:`aml_ray.stages.IngestStage.ingest`), in the order the tasks end.
+
+    Raises:
+        ray.exceptions.RayTaskError: a task's error (the tracker holds a participant's structured cause);
+        ray.exceptions.RayActorError: the actor died and could not be restarted. A lost actor (its node
+        gone) is restarted and its unfinished tasks are sent again (``max_restarts``/``max_task_retries``),
+        as Ray Data does for its actor pools; a re-run sample goes on from its Add journal.
+    """
+    import ray
+
+    options: dict[str, Any] = {"num_cpus": 0.1, "max_concurrency": in_flight, "max_restarts": -1,
+                               "max_task_retries": -1}
+    if scheduling is not None:
+        options["scheduling_strategy"] = scheduling
+    actor = ray.remote(IngestFromFiles).options(**options).remote(**ingest_kwargs)
+    pending = [actor.ingest.remote(pa.table({"path": paths})) for paths in blocks]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)  # a timeout: Ctrl-C gets through
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
+def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, tasks: int,
+                     ingest_kwargs: dict[str, Any], answer: tuple[ModelEndpoint, dict[str, Any]],
+                     judge: tuple[ModelEndpoint, dict[str, Any]]) -> Iterator[pa.Table]:
+    """Ingest -> Answer -> Judge as Ray Data operators (a job with an online model); yield output blocks.
+
+    Args:
+        opts: the throughput knobs (batch sizes, tasks at once, ``stage_scheduling``).
+        paths: every sample's input file; ``per_task`` of them per Ingest task, ``tasks`` tasks at once.
+        ingest_kwargs: :class:`~aml_ray.stages.IngestFromFiles`'s constructor arguments.
+        answer / judge: each model's endpoint and its stage's constructor arguments.
+
+    Yields:
+        Output blocks as ``pyarrow.Table`` (judged question rows), as Ray Data streams them.
+    """
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    def pool(in_flight: int) -> ActorPoolStrategy:
+        # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
+        # (each task = one input bundle; an async UDF runs up to 4 of its batches at once). Running
+        # `in_flight` tasks at once, with as many queued behind them, keeps the participant's semaphore
+        # (the only limiter) fed between tasks.
+        return ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=in_flight,
+                                 max_tasks_in_flight_per_actor=2 * in_flight)
+
+    common: dict[str, Any] = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
+    if opts.stage_scheduling is not None:
+        common["scheduling_strategy"] = opts.stage_scheduling
+    (answer_endpoint, answer_kwargs), (judge_endpoint, judge_kwargs) = answer, judge
+    ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, -(-len(paths) // per_task)))
+    ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),
+                        fn_constructor_kwargs=ingest_kwargs, **common)
+    # Ingest emits one block per task, its questions searched. Ray Data bundles blocks up to the
+    # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
+    # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
+    ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_for(answer_endpoint),
+                        compute=pool(opts.model_tasks_for(answer_endpoint)), fn_constructor_kwargs=answer_kwargs,
+                        **common)
+    ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_for(judge_endpoint),
+                        compute=pool(opts.model_tasks_for(judge_endpoint)), fn_constructor_kwargs=judge_kwargs,
+                        **common)
+    yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
+
+
 def run_pipeline(
     inputs: PipelineInputs,
     *,
@@ -211,7 +304,8 @@ def run_pipeline(
     private_cluster: bool = False,
     head_start: HeadStart | None = None,
 ) -> pl.DataFrame:
-    """Run the Ray Data job and write question evidence; Ray must be initialised.
+    """Run the job (Ray Data stages, or one Ingest actor for a single-stage job) and write question
+    evidence; Ray must be initialised.
 
     Args:
         inputs: from :func:`build_inputs`: Ray Data carries its sample files' paths, one per block and
@@ -257,8 +351,6 @@ def run_pipeline(
         StageFailed: on a contract error or non-retryable participant status (``.cause`` holds it).
     """
     import ray
-    import ray.data
-    from ray.data import ActorPoolStrategy
 
     opts = options or PipelineOptions()
     use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
@@ -279,15 +371,6 @@ def run_pipeline(
         leases.append(acquire_model_client(judge, job, private=private_cluster))
         judge_client = JobModel(leases[-1].handle, job)
 
-    def pool(in_flight: int) -> ActorPoolStrategy:
-        # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise
-        # (each task = one input bundle; an async UDF runs up to 4 of its batches at once). Running
-        # `in_flight` tasks at once, with as many queued behind them, keeps the participant's semaphore
-        # (the only limiter) fed between tasks.
-        return ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=in_flight,
-                                 max_tasks_in_flight_per_actor=2 * in_flight)
-
-    common = {"batch_format": "pyarrow", "num_cpus": 0.1, "zero_copy_batch": True}
     # blocks of sample file paths (the driver never holds the rows), one Ingest task per block: one sample
     # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
     # sample in the actor when its turn comes
@@ -300,23 +383,16 @@ def run_pipeline(
     # both models offline: they run inside the Ingest actor (no model call to wait for; two operators and
     # their actors cost more CPU than the models: aml_ray.stages.ingest)
     inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
-    ds = ray.data.from_items([{"path": p} for p in inputs.sample_paths()],
-                             override_num_blocks=max(1, -(-inputs.n_samples // per_task)))
-    ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),
-                        fn_constructor_kwargs={"participant": client, "run_root": str(run_dir.root),
-                                               "top_k": top_k, "tracker": tracker, "final": retrieval_only,
-                                               "samples_at_once": None if per_task == 1 else opts.ingest_parallelism,
-                                               "offline_models": (answer_kwargs, judge_kwargs) if inline else None},
-                        **common)
-    # Ingest emits one block per sample, its questions searched. Ray Data bundles blocks up to the
-    # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
-    # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
-    answer_batch, judge_batch = opts.model_batch_for(answer), opts.model_batch_for(judge)
-    if not retrieval_only and not inline:
-        ds = ds.map_batches(AnswerStage, batch_size=answer_batch, compute=pool(opts.model_tasks_for(answer)),
-                            fn_constructor_kwargs=answer_kwargs, **common)
-        ds = ds.map_batches(JudgeStage, batch_size=judge_batch, compute=pool(opts.model_tasks_for(judge)),
-                            fn_constructor_kwargs=judge_kwargs, **common)
+    ingest_kwargs = {"participant": client, "run_root": str(run_dir.root), "top_k": top_k, "tracker": tracker,
+                     "final": retrieval_only, "samples_at_once": None if per_task == 1 else opts.ingest_parallelism,
+                     "offline_models": (answer_kwargs, judge_kwargs) if inline else None}
+    paths = inputs.sample_paths()
+    if retrieval_only or inline:  # one stage: no Ray Data (module docstring)
+        outputs = _single_stage(ingest_kwargs, [paths[i:i + per_task] for i in range(0, len(paths), per_task)],
+                                in_flight=tasks, scheduling=opts.stage_scheduling)
+    else:
+        outputs = _ray_data_stages(opts, paths, per_task=per_task, tasks=tasks, ingest_kwargs=ingest_kwargs,
+                                   answer=(answer, answer_kwargs), judge=(judge, judge_kwargs))
 
     writer = QuestionWriter(run_dir)
     writer.write(iter_excluded(inputs))
@@ -334,7 +410,7 @@ def run_pipeline(
         poller.start()
     buffered = BufferedQuestionWriter(writer)
     try:
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+        for batch in outputs:
             buffered.append(batch)
     except Exception as exc:  # Ray Data wraps stage errors as text; the tracker kept the structured cause
         failure = ray.get(tracker.failure.remote())

@@ -104,7 +104,9 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
         num_cpus: CPUs for a local cluster (default: all of the machine's).
         address: a cluster address; default ``$RAY_ADDRESS`` or a new local cluster.
         private: a new local cluster serves this process's runs and nothing else: it starts without the
-            autoscaler monitor and the API server (:func:`_private_head`). Ignored when joining a cluster.
+            autoscaler monitor, the API server and (unless verbose) the log monitor (:func:`_private_head`),
+            and without task events and metrics (:data:`PRIVATE_SYSTEM_CONFIG`). Ignored when joining a
+            cluster.
 
     Returns:
         True when this call started Ray (the caller then shuts it down), False when Ray was running.
@@ -122,7 +124,9 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
         tmp = os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "aml-ray"))
         Path(tmp).mkdir(parents=True, exist_ok=True)
         kwargs.update(num_cpus=num_cpus, _temp_dir=tmp)
-    with _private_head() if local and private else contextlib.nullcontext():
+    if local and private:
+        kwargs["_system_config"] = PRIVATE_SYSTEM_CONFIG
+    with _private_head(log_monitor=kwargs["log_to_driver"]) if local and private else contextlib.nullcontext():
         ray.init(address=address, **kwargs)
     global _started_here
     _started_here = _started_here or local
@@ -171,10 +175,18 @@ def exit_process(code: int | str | None = 0) -> NoReturn:
 #: The head node's processes a private cluster does without (:func:`_private_head`).
 PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
 
+#: Ray's system config for a private cluster (issue 29): no task events (each actor call's state changes,
+#: buffered in every worker and sent to the GCS each second, for the state API and dashboard, which a
+#: private cluster does not run) and no metrics (every worker's and raylet's, exported through the
+#: DashboardAgent, for the dashboard and Prometheus). On 2 cores against a one-at-a-time participant,
+#: aml-ray's CPU at full rate went from 4.59 to 3.30 ms a question with both off (docs/benchmarks.md).
+PRIVATE_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0, "enable_metrics_collection": False}
+
 
 @contextmanager
-def _private_head() -> Iterator[None]:
-    """While Ray starts a local head node, skip its autoscaler monitor and its API server (issue 29).
+def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
+    """While Ray starts a local head node, skip its autoscaler monitor and its API server (issue 29), and its
+    log monitor unless ``log_monitor``.
 
     A cluster that ``aml-ray run`` (or a suite run) starts for itself has nothing to autoscale and nobody calling the
     dashboard's or the state API. Both are Python processes of the head node: on 2 cores their start is
@@ -183,17 +195,21 @@ def _private_head() -> Iterator[None]:
     docs/benchmarks.md). ``ray.init`` has no argument for either (Ray 2.60's ``RayParams.no_monitor`` is not
     passed through), so :class:`ray._private.node.Node`'s two start methods are replaced while the head
     starts, and put back after; with another Ray version (the methods gone or renamed) nothing is replaced.
+    The log monitor tails the workers' log files to send their lines to the driver; with
+    ``log_to_driver=False`` (a quiet run: :func:`_driver_logging`) nobody reads them, and it took 0.21-0.26
+    ms of CPU a question (docs/benchmarks.md).
     """
     try:
         from ray._private import node
     except ImportError:  # pragma: no cover - another Ray layout: the default start
         yield
         return
-    saved = {name: getattr(node.Node, name, None) for name in PRIVATE_HEAD_SKIPS}
+    skips = PRIVATE_HEAD_SKIPS if log_monitor else (*PRIVATE_HEAD_SKIPS, "start_log_monitor")
+    saved = {name: getattr(node.Node, name, None) for name in skips}
     if any(method is None for method in saved.values()):
         yield
         return
-    for name in PRIVATE_HEAD_SKIPS:
+    for name in skips:
         setattr(node.Node, name, lambda self, *args, **kwargs: None)
     try:
         yield

@@ -276,6 +276,11 @@ class IngestStage:
         out = pa.concat_tables([t.result() for t in tasks])
         return out if self._loading is None else await self._answered_and_judged(out)
 
+    async def ingest(self, batch: pa.Table) -> pa.Table:
+        """One task, as :meth:`__call__` runs it for Ray Data: the entry point of a plain Ray actor of this
+        class (a single-stage job: :func:`aml_ray.run.pipeline._single_stage`)."""
+        return await self(batch)
+
     async def _held(self, row: dict[str, Any]) -> pa.Table:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
             return await self._sample(self._load(row))
