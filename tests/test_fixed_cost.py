@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 import aml_ray.run.evaluation as evaluation
+import aml_ray.run.preflight as preflight_module
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
@@ -55,7 +56,7 @@ def test_the_preflight_runs_while_ray_starts(tmp_path, locomo_file, monkeypatch)
     def stop_before_pipeline(inputs, **kw):
         raise RuntimeError("stopped before the pipeline (test)")
 
-    monkeypatch.setattr(evaluation, "preflight", fake_preflight)
+    monkeypatch.setattr(preflight_module, "preflight", fake_preflight)
     monkeypatch.setattr(evaluation, "init_ray", fake_init_ray)
     monkeypatch.setattr(evaluation, "run_pipeline", stop_before_pipeline)
     with pytest.raises(RuntimeError, match="stopped before the pipeline"):
@@ -114,6 +115,69 @@ def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_
     assert info["search"]["failed"] == 0 and info["participant_concurrency"]["replies"] > 0
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     assert not [n for n in names if "-private-" in n], names  # the run's own client was killed at the end
+
+
+def test_evaluate_waits_for_the_preflight_its_caller_started(tmp_path, locomo_file, monkeypatch):
+    """``aml-ray run`` starts the pre-flight before the evaluation's imports (``start_preflight``) and hands it to
+    :func:`evaluate`, which waits for that one instead of probing again; one started for another run is refused
+    before any run file."""
+    calls: list[str] = []
+
+    def fake_preflight(spec, *, run_id, dataset, top_k):
+        calls.append(run_id)
+        return PreflightReport(user_id=f"eval:{run_id}:{dataset}:preflight")
+
+    def stop_before_pipeline(inputs, **kw):
+        raise RuntimeError("stopped before the pipeline (test)")
+
+    monkeypatch.setattr(preflight_module, "preflight", fake_preflight)
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None, **kw: False)
+    monkeypatch.setattr(evaluation, "run_pipeline", stop_before_pipeline)
+    cfg = config(tmp_path, locomo_file, "http://127.0.0.1:9")
+    other = preflight_module.start_preflight(cfg.participant, run_id="run_other", dataset="locomo", top_k=10)
+    with pytest.raises(ValueError, match="preflight: started for run run_other"):
+        evaluate(cfg, preflight=other)
+    assert not (tmp_path / "run" / "run.json").exists()
+    started = preflight_module.start_preflight(cfg.participant, run_id=cfg.run_id, dataset="locomo", top_k=10)
+    with pytest.raises(RuntimeError, match="stopped before the pipeline"):
+        evaluate(cfg, preflight=started)
+    assert calls == ["run_other", cfg.run_id]  # the two started here; evaluate() probed no third time
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_ray_shutdown_goes_beside_the_scoring(tmp_path, locomo_file, monkeypatch):
+    """Once the pipeline returned, the run's own Ray is shut down in a thread while the tables are computed from
+    the evidence (no Ray needed there); run.json is written after both, with the shutdown's time. Each side
+    waits for the other to have begun: a shutdown before the scoring would not meet it. The session's Ray stands
+    in for the run's own (``init_ray`` says it started it; the shutdown is replaced)."""
+    from aml_ray.reference.server import ReferenceServer
+
+    scoring, shutting_down = threading.Event(), threading.Event()
+    seen: dict[str, bool] = {}
+    read_adds = evaluation.read_adds
+
+    def shutdown_ray():
+        shutting_down.set()
+        seen["shutdown saw the scoring"] = scoring.wait(GUARD_S)
+        seen["shutdown in a thread of its own"] = threading.current_thread() is not threading.main_thread()
+        return []
+
+    def scoring_read_adds(run_dir):
+        scoring.set()
+        seen["scoring saw the shutdown"] = shutting_down.wait(GUARD_S)
+        return read_adds(run_dir)
+
+    monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None, **kw: True)
+    monkeypatch.setattr(evaluation, "shutdown_ray", shutdown_ray)
+    monkeypatch.setattr(evaluation, "read_adds", scoring_read_adds)
+    with ReferenceServer(tmp_path / "ref") as ref:
+        cfg = config(tmp_path, locomo_file, "http://unused")
+        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        cfg.retrieval_only = True
+        result = evaluate(cfg)
+    assert seen == {"shutdown saw the scoring": True, "scoring saw the shutdown": True,
+                    "shutdown in a thread of its own": True}
+    assert result.run_info["status"] == "completed" and "ray_shutdown_s" in result.run_info["timings"]
 
 
 def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():

@@ -11,11 +11,12 @@ import json
 import os
 import platform
 import shutil
+import sys
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,11 +31,11 @@ from aml_ray.datasets.registry import get_dataset
 from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
-from aml_ray.run.inputs import build_inputs, read_sample_files
+from aml_ray.run.inputs import PipelineInputs, build_inputs, read_sample_files
 from aml_ray.run.isolation import find_leaks, index_adds, iter_question_memories
 from aml_ray.run.outcome import run_outcome
 from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
-from aml_ray.run.preflight import PreflightFailed, preflight
+from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
@@ -260,7 +261,7 @@ def _media_limits(track: str, cfg: EvaluationConfig):
 
 
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
-             num_cpus: int | None = None) -> EvaluationResult:
+             num_cpus: int | None = None, preflight: StartedPreflight | None = None) -> EvaluationResult:
     """Run one evaluation, or resume one.
 
     Resume (``cfg.resume``): the run keeps its run_id, so every request_id and body is the same; questions
@@ -272,6 +273,9 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         cfg: the evaluation's configuration.
         on_progress: called with ``("totals", {...})`` once, then ``("done", {stage: n})`` as work finishes.
         num_cpus: CPUs for a local Ray cluster started here (ignored when Ray is already running).
+        preflight: the run's pre-flight, already started by the caller
+            (:func:`aml_ray.run.preflight.start_preflight` with ``cfg.run_id`` and the dataset's name: the
+            command line starts it before its heavy imports); None: started here, beside the Ray start.
 
     Returns:
         The :class:`EvaluationResult`.
@@ -280,7 +284,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         FileExistsError: ``out_dir`` already holds a run.json and ``resume`` is off (never overwritten).
         FileNotFoundError: ``resume`` is on and ``out_dir`` holds no run.json.
         ValueError: resuming a completed run, or one whose dataset, prompts, models, Top K or
-            participant differ (:func:`check_resumable`).
+            participant differ (:func:`check_resumable`); a ``preflight`` started for another run id or
+            dataset.
         aml_ray.run.evidence.EvidenceError: resuming from a damaged evidence file (never a silent restart).
         aml_ray.datasets.fetch.DatasetError: the dataset file is missing, unreachable or has another hash.
         aml_ray.datasets.validate.DatasetFormatError: the samples the run would take hold no scorable question
@@ -297,14 +302,14 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     try:
-        return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0)
+        return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight)
     except KeyboardInterrupt:
         mark_interrupted(RunDir(cfg.out_dir), cfg.run_id, wall_s=round(time.time() - command_t0, 3))
         raise
 
 
 def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
-              num_cpus: int | None, command_t0: float) -> EvaluationResult:
+              num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None) -> EvaluationResult:
     """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`)."""
     timings: dict[str, float] = {}
     # the first Adds go from here while Ray and the pipeline's actors start (aml_ray.run.head_start)
@@ -312,7 +317,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
         if (starts_own_cluster() if cfg.head_start is None else cfg.head_start) else None
     try:
-        prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg, head=head, on_progress=on_progress),
+        prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg, head=head, on_progress=on_progress,
+                                                                    started=preflight),
                                                    num_cpus=num_cpus, timings=timings, command_t0=command_t0)
     except BaseException:
         if head is not None:
@@ -347,10 +353,53 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         if head is not None:
             head.stop()
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
-        if started_ray:
-            t_shutdown = time.perf_counter()
-            shutdown_ray()
-            timings["ray_shutdown_s"] = round(time.perf_counter() - t_shutdown, 3)
+        stopping = None
+        if started_ray and sys.exc_info()[0] is not None:  # the run stopped: Ray is down before the error goes up
+            _shutdown_timed(timings)
+        elif started_ray:
+            stopping = _shutdown_beside(timings)
+    try:
+        return _score(cfg, questions, timings=timings, pipeline_report=pipeline_report, head=head, spec=spec,
+                      run_dir=run_dir, samples=samples, inputs=inputs, info=info, command_t0=command_t0,
+                      stopping=stopping)
+    finally:
+        if stopping is not None:
+            stopping.result()
+
+
+def _shutdown_beside(timings: dict[str, float]) -> Future:
+    """Shut down the Ray this run started, in a thread of its own (sets ``timings["ray_shutdown_s"]``).
+
+    The scoring after the pipeline reads the evidence files and needs no Ray, so the shutdown (0.1-0.4 s
+    of waiting for Ray's processes to stop, docs/benchmarks.md) goes beside it instead of before it
+    (issue 29, the fixed cost). The future's ``result()`` waits for it and raises what
+    :func:`~aml_ray.run.ray_runtime.shutdown_ray` raised.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-shutdown")
+    try:
+        return pool.submit(_shutdown_timed, timings)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _shutdown_timed(timings: dict[str, float]) -> None:
+    """:func:`~aml_ray.run.ray_runtime.shutdown_ray`, its seconds in ``timings["ray_shutdown_s"]``."""
+    t = time.perf_counter()
+    try:
+        shutdown_ray()
+    finally:
+        timings["ray_shutdown_s"] = round(time.perf_counter() - t, 3)
+
+
+def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str, float],
+           pipeline_report: dict[str, Any], head: HeadStart | None, spec, run_dir: RunDir, samples,
+           inputs: PipelineInputs, info: dict[str, Any], command_t0: float, stopping: Future | None
+           ) -> EvaluationResult:
+    """The run's tables, outcome and run.json from its evidence (:func:`evaluate` after the pipeline).
+
+    ``stopping`` (the Ray shutdown under way, :func:`_shutdown_beside`) is waited for before run.json is
+    written, so its time is in the run's ``timings``.
+    """
     if head is not None:
         pipeline_report["head_start"] = head.describe()
     t_scoring = time.perf_counter()
@@ -387,6 +436,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         **usage_summary(questions),
     )
     timings["scoring_s"] = round(time.perf_counter() - t_scoring, 3)
+    if stopping is not None:
+        stopping.result()
     info.update(wall_s=round(time.time() - command_t0, 3), wall_covers=WALL_COVERS, timings=timings,
                 **pipeline_report)
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
@@ -440,7 +491,8 @@ def _with_media(participant: ParticipantSpec, media) -> ParticipantSpec:
 
 
 def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
-             on_progress: Callable[[str, dict[str, int]], None] | None = None):
+             on_progress: Callable[[str, dict[str, int]], None] | None = None,
+             started: StartedPreflight | None = None):
     """What a run needs before its pipeline: the dataset checked and loaded, inputs, prompts, run.json, pre-flight.
 
     Runs beside the Ray start (:func:`prepare_beside_ray`); raises what :func:`evaluate` documents for these
@@ -479,11 +531,15 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
     # the pre-flight's round trips go beside the inputs, prompts and run.json (its result is awaited below,
-    # before run.json says anything of it): the first Add comes that much sooner (issue 29)
+    # before run.json says anything of it): the first Add comes that much sooner (issue 29). The command
+    # line starts it earlier still, before its heavy imports (``started``).
     t_preflight = time.perf_counter()
-    probe = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-preflight")
-    probed = probe.submit(preflight, cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k)
-    probe.shutdown(wait=False)
+    if started is None:
+        started = start_preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k)
+    elif (started.run_id, started.dataset) != (cfg.run_id, spec.name):
+        raise ValueError(f"preflight: started for run {started.run_id} ({started.dataset}), not for this run "
+                         f"{cfg.run_id} ({spec.name}): start it with the run's own run_id and dataset")
+    probed = started
     done: set[str] = set()
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
         finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())

@@ -232,6 +232,11 @@ def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_
             for ref in done:
                 yield ray.get(ref)
     finally:
+        # stopped early (an error, Ctrl-C): the tasks left are cancelled first, so none is retried on an actor
+        # that is being killed (Ray logs each such retry to the console)
+        for ref in pending:
+            ray.cancel(ref)
+        ray.wait(pending, num_returns=len(pending), timeout=2.0)
         ray.kill(actor, no_restart=True)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -165,3 +166,40 @@ def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 
             :data:`PREFLIGHT_RETRY` ``.max_attempts`` attempts per request.
     """
     return asyncio.run(_run(spec, run_id, dataset, top_k))
+
+
+@dataclass(frozen=True)
+class StartedPreflight:
+    """A pre-flight under way in a thread of its own (:func:`start_preflight`).
+
+    Attributes:
+        run_id / dataset: the run it probes for (they name its user_id): :func:`aml_ray.run.evaluation.evaluate`
+            refuses one started for another run.
+        future: resolves to the :class:`PreflightReport`, or raises :class:`PreflightFailed`.
+    """
+
+    run_id: str
+    dataset: str
+    future: Future
+
+    def result(self) -> PreflightReport:
+        """Wait for the pre-flight; raises :class:`PreflightFailed` as :func:`preflight` does."""
+        return self.future.result()
+
+
+def start_preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100) -> StartedPreflight:
+    """Start :func:`preflight` in a thread of its own and return at once (issue 29, the fixed cost).
+
+    Its round trips (a few hundred milliseconds against a participant that serves one request at a time)
+    go beside whatever the caller does next: ``aml-ray run`` starts it once its options and dataset are
+    checked, before it imports the evaluation's modules (about 0.4 s of CPU), and
+    :func:`aml_ray.run.evaluation.evaluate` waits for it before the run's first Add.
+
+    Args and errors: as :func:`preflight` (raised by :meth:`StartedPreflight.result`).
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-preflight")
+    try:
+        return StartedPreflight(run_id, dataset, pool.submit(preflight, spec, run_id=run_id, dataset=dataset,
+                                                             top_k=top_k))
+    finally:
+        pool.shutdown(wait=False)
