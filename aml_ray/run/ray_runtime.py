@@ -179,7 +179,7 @@ PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
 #: buffered in every worker and sent to the GCS each second, for the state API and dashboard, which a
 #: private cluster does not run) and no metrics (every worker's and raylet's, exported through the
 #: DashboardAgent, for the dashboard and Prometheus). On 2 cores against a one-at-a-time participant,
-#: aml-ray's CPU at full rate went from 4.59 to 3.30 ms a question with both off (docs/benchmarks.md).
+#: aml-ray's CPU at full rate went from 4.59 to 2.49-2.83 ms a question with both off (docs/benchmarks.md).
 PRIVATE_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0, "enable_metrics_collection": False}
 
 
