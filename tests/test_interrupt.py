@@ -35,6 +35,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_resume_finishes_it(tmp_path, locom
     actor sends them (every one of the sample's 28 Adds journalled, Searches under way)."""
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the command's own cluster
+    env["PYTHONFAULTHANDLER"] = "1"  # a crash (it was SIGSEGV, -11, in 1 run of about 70) prints every thread's stack
     with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "150", "--capacity", "64") as server:
         base = [AML_RAY, "run", "--num-cpus", "2", "--participant", server.base_url]
         proc = subprocess.Popen([*base, "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out),

@@ -3,6 +3,9 @@ hot-path actors tune the garbage collector and turn transparent huge pages off (
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -164,3 +167,16 @@ def test_no_worker_of_a_cluster_started_here_outlives_its_shutdown(tmp_path):
     if alive:
         psutil.Process(pid).kill()
     assert not alive and said["still_running"] == []
+
+
+def test_a_crash_after_the_stderr_filter_still_prints_every_threads_stack():
+    """With ``PYTHONFAULTHANDLER`` set, a native crash's report goes to the console, not into the stderr
+    filter's pipe (its reading thread dies with the process): how a -11 of ``aml-ray run`` gets diagnosed."""
+    code = ("import ctypes\n"
+            "from aml_ray.run.ray_runtime import _filter_native_stderr\n"
+            "_filter_native_stderr()\n"
+            "ctypes.string_at(0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert out.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 4 in <module>' in out.stderr, out.stderr

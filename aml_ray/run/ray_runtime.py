@@ -22,6 +22,7 @@ Without a call (tests, the service, scripts) the ``ray`` logger prints warnings 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import re
 import shutil
@@ -83,6 +84,8 @@ def _filter_native_stderr() -> None:
     os.close(pipe_out)
     old = sys.stderr
     sys.stderr = open(console, "w", buffering=1, encoding=old.encoding, errors=old.errors, closefd=False)  # noqa: SIM115
+    if faulthandler.is_enabled():  # PYTHONFAULTHANDLER / -X faulthandler: a crash's stacks reach the console,
+        faulthandler.enable(file=sys.stderr, all_threads=True)  # not the pipe, whose reader dies with the process
 
     def forward() -> None:
         pending = b""
