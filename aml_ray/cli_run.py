@@ -87,7 +87,8 @@ def resumed(opts: RunOptions) -> RunOptions:
     The participant's secret is not in run.json: ``--secret-env`` still comes from the command line.
 
     Raises:
-        typer.Exit: code 2 when run.json is missing or damaged (nothing is changed).
+        typer.Exit: code 2 when run.json is missing or damaged, or its run is completed (nothing is changed,
+            nothing is sent to the participant).
     """
     if opts.resume is None:
         return opts
@@ -98,6 +99,8 @@ def resumed(opts: RunOptions) -> RunOptions:
         previous = json.loads(path.read_text())
     except ValueError:
         fail(f"--resume {opts.resume}: run.json is damaged; nothing was changed")
+    if previous.get("status") == "completed":  # before the pre-flight, which run_dataset starts early
+        fail(f"--resume {opts.resume}: run {previous.get('run_id')} is already completed; nothing to resume")
     p, prompts = previous["participant"], previous["prompts"]
     urls = {} if p["label"].startswith(REFERENCE_PREFIX) else {"add_url": p["add_url"], "search_url": p["search_url"]}
     return dataclasses.replace(

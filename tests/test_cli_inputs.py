@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import doctest
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -468,3 +469,28 @@ def test_check_loads_the_file_once_for_the_run(tmp_path):
         assert spec.load(data) is not samples and len(reads) == 4  # changed since the check: read again
     finally:
         object.__setattr__(spec, "read", real)
+
+
+def test_resuming_a_completed_run_is_refused_before_the_participant_hears_of_it(tmp_path, locomo_file):
+    """``--resume`` of a completed run is a usage error (exit 2) found before the pre-flight, which the command
+    starts early (beside the evaluation's imports): not one request reaches the participant."""
+    from scripts.loopback_servers import ServerProcess
+
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        out = tmp_path / "run"
+        out.mkdir()
+        run_json = {"run_id": "run_done", "status": "completed", "top_k": 10, "limit_samples": 1, "judge_runs": 1,
+                    "context_budget_tokens": 16000, "retrieval_only": False,
+                    "dataset": {"name": "locomo", "file": str(locomo_file), "hash_mismatch_allowed": False},
+                    "participant": {"label": server.base_url, "auth": "none", "add_url": f"{server.base_url}/add",
+                                    "search_url": f"{server.base_url}/search"},
+                    "prompts": {"answer": {"source": "locomo_answer", "sha256": None},
+                                "judge": {"source": "locomo_judge", "sha256": None}}}
+        write(out / "run.json", run_json)
+        res = run_cli("--resume", str(out))
+        time.sleep(0.5)  # a probe sent from a thread would have arrived by now
+        arrivals = server.stats()["n"]
+    assert arrivals == {}, res.output
+    said = "".join(res.output.split())
+    assert res.exit_code == 2 and "runrun_doneisalreadycompleted;nothingtoresume" in said, res.output
+    assert json.loads((out / "run.json").read_text()) == run_json  # nothing was changed
