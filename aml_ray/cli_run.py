@@ -209,6 +209,13 @@ def execute(opts: RunOptions) -> None:
         if opts.data is not None or opts.answer_prompt or opts.judge_prompt:
             fail("--suite fixes the dataset files and prompts: drop --data / --answer-prompt / --judge-prompt")
     declared = None if opts.suite is not None else check_dataset(opts)
+    if declared is not None and declared.track == "multimodal":  # before the pre-flight, which run_dataset starts early
+        from aml_ray.stages.answer import require_vision
+
+        try:
+            require_vision(answer, declared.track)
+        except ValueError as exc:
+            fail(str(exc))
     created = missing_top(opts.out)  # what out.mkdir creates, removed again after a usage error that recorded no run
     try:
         if declared is None:

@@ -494,3 +494,22 @@ def test_resuming_a_completed_run_is_refused_before_the_participant_hears_of_it(
     said = "".join(res.output.split())
     assert res.exit_code == 2 and "runrun_doneisalreadycompleted;nothingtoresume" in said, res.output
     assert json.loads((out / "run.json").read_text()) == run_json  # nothing was changed
+
+
+def test_a_text_only_answer_model_for_the_multimodal_track_is_refused_before_the_participant_hears_of_it(tmp_path):
+    """A usage error that ``evaluate`` also refuses (:func:`aml_ray.stages.answer.require_vision`) is found by the
+    command before its early pre-flight: exit 2, no request at the participant, no run directory."""
+    from scripts.loopback_servers import ServerProcess
+    from tests.mm_fixtures import write_memgallery_release
+
+    data = write_memgallery_release(tmp_path / "memgallery")  # the release's layout: dialog/ and image/
+    text_only = {"ANSWER_API_BASE": "http://127.0.0.1:9/v1", "ANSWER_MODEL": "text-only", "ANSWER_API_KEY": "k"}
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        res = run_cli("--dataset", "memgallery", "--data", str(data), "--participant", server.base_url,
+                      "--out", str(tmp_path / "run"), env=text_only)
+        time.sleep(0.5)  # a probe sent from a thread would have arrived by now
+        arrivals = server.stats()["n"]
+    assert arrivals == {}, res.output
+    said = "".join(res.output.split())
+    assert res.exit_code == 2 and "answermodel'text-only'istext-only" in said and "ANSWER_VISION=1" in said, res.output
+    assert not (tmp_path / "run").exists()
