@@ -4,6 +4,7 @@ offline answerer and judge; evidence read back from Parquet."""
 from __future__ import annotations
 
 import json
+import time
 
 import polars as pl
 import pytest
@@ -370,3 +371,30 @@ def test_offline_models_inside_the_ingest_actor_give_the_same_rows_as_their_own_
     assert "IngestFromFiles" in started[True] and not [c for c in started[True] if c.startswith("MapWorker(")]
     assert {"MapWorker(MapBatches(IngestFromFiles))", "MapWorker(MapBatches(AnswerStage))",
             "MapWorker(MapBatches(JudgeStage))"} <= started[False], started
+
+
+def test_a_driver_error_stops_the_single_stage_actor_at_once(tmp_path, locomo_file, monkeypatch):
+    """An error in the driver's own loop (here: writing a task's rows) ends the run with the Ingest actor
+    killed before the error reaches the caller, not whenever the traceback holding its generator is collected."""
+    import ray
+
+    import aml_ray.run.pipeline as pipeline
+
+    def broken_append(self, batch):
+        raise OSError("disk full (test)")
+
+    monkeypatch.setattr(pipeline.BufferedQuestionWriter, "append", broken_append)
+    before = set(ray._private.state.actors())
+    with ReferenceServer(tmp_path / "ref") as ref:
+        spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        with pytest.raises(StageFailed, match="disk full") as failed:
+            evaluate(config(tmp_path / "run", spec, locomo_file, limit_samples=1, retrieval_only=True))
+    deadline = time.monotonic() + 5  # ray.kill is asynchronous: the GCS records the death shortly after
+    while True:
+        ingest = [a for aid, a in ray._private.state.actors().items()
+                  if aid not in before and a["ActorClassName"] == "IngestFromFiles"]
+        if time.monotonic() > deadline or [a["State"] for a in ingest] == ["DEAD"]:
+            break
+        time.sleep(0.1)
+    assert failed.value is not None  # the traceback (and the frames it holds) is still alive here
+    assert len(ingest) == 1 and ingest[0]["State"] == "DEAD", ingest

@@ -232,11 +232,10 @@ def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_
             for ref in done:
                 yield ray.get(ref)
     finally:
-        # stopped early (an error, Ctrl-C): the tasks left are cancelled first, so none is retried on an actor
-        # that is being killed (Ray logs each such retry to the console)
-        for ref in pending:
-            ray.cancel(ref)
-        ray.wait(pending, num_returns=len(pending), timeout=2.0)
+        if pending:  # stopped early (an error, Ctrl-C): the tasks left are cancelled first, so none is retried
+            for ref in pending:  # on an actor that is being killed (Ray logs each such retry to the console)
+                ray.cancel(ref)
+            ray.wait(pending, num_returns=len(pending), timeout=2.0)
         ray.kill(actor, no_restart=True)
 
 
@@ -423,6 +422,7 @@ def run_pipeline(
             raise StageFailed(failure["summary"], failure=failure) from None
         raise StageFailed(f"pipeline failed: {error_cause(exc)}") from exc
     finally:
+        outputs.close()  # now, not when collected: a single stage's actor is killed, Ray Data's executor stops
         buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
         stop.set()
         if poller is not None:
