@@ -312,12 +312,33 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                      f"{opts.out}", EXIT_RUN_FAILED)
             except KeyboardInterrupt:
                 progress.stop()
-                fail(f"interrupted: the evidence so far and run.json (status=interrupted) are in {opts.out}; "
-                     f"continue with: aml-ray run --resume {opts.out}", EXIT_INTERRUPTED)
+                fail(interrupted_message(opts.out), EXIT_INTERRUPTED)
             except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
                 progress.stop()
                 fail(str(exc))
-    print_result(opts, result, label, declared.category_names)
+    try:
+        print_result(opts, result, label, declared.category_names)
+    except KeyboardInterrupt:
+        fail(interrupted_message(opts.out), EXIT_INTERRUPTED)
+
+
+def interrupted_message(out: Path) -> str:
+    """What ``aml-ray run`` says when Ctrl-C stopped it, from run.json's status in ``out``.
+
+    ``interrupted`` (:func:`aml_ray.run.evaluation.mark_interrupted`): the evidence so far and the
+    ``--resume`` command. A Ctrl-C that came once the run had ended (run.json already ``completed``,
+    ``partial`` or ``failed``) stopped only the printing: the results are there, and a resume would be refused.
+    """
+    from aml_ray.run.evidence import RunDir
+
+    try:
+        status = json.loads(RunDir(out).run_json.read_text()).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status in (None, "interrupted", "running"):
+        return (f"interrupted: the evidence so far and run.json (status=interrupted) are in {out}; "
+                f"continue with: aml-ray run --resume {out}")
+    return f"interrupted after the run had ended: run.json (status={status}) and its results are in {out}"
 
 
 def print_result(opts: RunOptions, result, label: str, category_names: dict[str, str]) -> None:

@@ -1,4 +1,5 @@
-"""Ctrl-C that cannot leave a lock behind: SIGINT raises ``KeyboardInterrupt`` only outside ``logging``.
+"""Ctrl-C that cannot leave a lock behind or be lost: SIGINT raises ``KeyboardInterrupt`` only outside
+``logging`` and finalisers.
 
 Python's default SIGINT handler raises ``KeyboardInterrupt`` in the main thread at whatever bytecode runs
 when the signal arrives. Inside :mod:`logging` that can be between taking a lock and the ``try`` that frees
@@ -12,12 +13,25 @@ test's 90 s guard (tests/test_interrupt.py).
 stack belongs to :mod:`logging`: it sends SIGINT to the main thread again shortly, and the interrupt lands
 once the logging call has returned. A logging call takes microseconds, so Ctrl-C still ends the command at
 once; everywhere else (waits on events, threads, sockets, Ray) it behaves as Python's default handler.
+
+It defers the same way inside a finaliser (a ``__del__`` method, a ``weakref`` callback): Python prints
+"Exception ignored in ..." and drops what a finaliser raises, so an interrupt landing in Ray's
+``ActorHandle.__del__`` (run by the garbage collector at any bytecode) was lost and the run went on to
+complete (tests/test_interrupt.py, 1 run in 23).
+
+:func:`deferred` holds Ctrl-C for a whole block, which then raises it at its end: for native code that calls
+back into Python, where an interrupt is dropped the same way and leaves the call half done (polars printed
+"Exception ignored in: 'DataTypeClass'" and its aggregation then failed with a ``TypeError``: the run ended
+with a traceback and exit 1 instead of 130), and for ``ray.shutdown()`` (interrupted, it left Ray's core
+worker running and the interpreter's teardown crashed with SIGSEGV).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
@@ -25,18 +39,26 @@ from typing import Any
 RETRY_S = 0.01
 
 _pending = threading.Event()
+#: Blocks of :func:`deferred` the main thread is in, and whether a Ctrl-C came during them.
+_held_depth = 0
+_held = False
 
 
-#: Packages inside which an interrupt is deferred: logging (a lock left held) and filelock, whose at-fork
-#: hook swallowed it ("Exception ignored in ... ensure_current_process", seen in a clean-clone CI run).
-DEFERRED_IN = ("logging", "filelock")
+#: Packages inside which an interrupt is deferred: logging (a lock left held), filelock, whose at-fork
+#: hook swallowed it ("Exception ignored in ... ensure_current_process", seen in a clean-clone CI run), and
+#: weakref (``weakref.finalize`` callbacks, whose exceptions are dropped).
+DEFERRED_IN = ("logging", "filelock", "weakref")
+#: Functions inside which an interrupt is deferred: finalisers, whose exceptions Python drops.
+DEFERRED_FUNCTIONS = ("__del__",)
 
 
-def in_logging(frame: FrameType | None) -> bool:
-    """Whether ``frame`` or a frame it was called from runs code of a package of :data:`DEFERRED_IN`."""
+def deferred_here(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame it was called from runs code of a package of :data:`DEFERRED_IN` or a
+    function named in :data:`DEFERRED_FUNCTIONS`: an interrupt raised there would leave a lock held or be lost."""
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
-        if any(name == p or name.startswith(p + ".") for p in DEFERRED_IN):
+        if frame.f_code.co_name in DEFERRED_FUNCTIONS or any(name == p or name.startswith(p + ".")
+                                                              for p in DEFERRED_IN):
             return True
         frame = frame.f_back
     return False
@@ -49,12 +71,17 @@ def _deliver_later() -> None:
 
 
 def on_sigint(signum: int, frame: FrameType | None) -> None:
-    """The SIGINT handler: ``KeyboardInterrupt`` now, or a moment later when the main thread is inside logging.
+    """The SIGINT handler: ``KeyboardInterrupt`` now, or a moment later when the main thread is inside logging
+    or a finaliser (:func:`deferred_here`).
 
     Raises:
-        KeyboardInterrupt: unless ``frame`` is inside :mod:`logging` (then retried after :data:`RETRY_S`).
+        KeyboardInterrupt: unless :func:`deferred_here` (then retried after :data:`RETRY_S`).
     """
-    if in_logging(frame):
+    global _held
+    if _held_depth:
+        _held = True
+        return
+    if deferred_here(frame):
         if not _pending.is_set():  # one retry in flight, however many Ctrl-Cs came
             _pending.set()
             timer = threading.Timer(RETRY_S, _deliver_later)
@@ -62,6 +89,33 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
             timer.start()
         return
     raise KeyboardInterrupt
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold Ctrl-C while the block runs; a Ctrl-C that came during it raises ``KeyboardInterrupt`` at its end.
+
+    For the main thread's calls that must not stop half way (native code calling back into Python, Ray's
+    shutdown); blocks nest (the outermost one raises). Has effect only where :func:`install` made
+    :func:`on_sigint` the handler, and only in the main thread (the only one a signal interrupts): in
+    another thread, or under Python's own handler, the block runs as without it.
+
+    Raises:
+        KeyboardInterrupt: at the end of the outermost block, when a Ctrl-C came during it (an exception
+            the block raised becomes its ``__context__``, as when a Ctrl-C lands while an error unwinds).
+    """
+    global _held_depth, _held
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _held_depth += 1
+    try:
+        yield
+    finally:
+        _held_depth -= 1
+        if _held_depth == 0 and _held:  # as if the Ctrl-C came now (an error under way is its __context__)
+            _held = False
+            raise KeyboardInterrupt  # noqa: B012 - the held interrupt replaces it, as a Ctrl-C would
 
 
 def install() -> Any:

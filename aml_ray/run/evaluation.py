@@ -38,6 +38,7 @@ from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
+from aml_ray import interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
 from aml_ray.scoring import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
@@ -400,44 +401,47 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
     ``stopping`` (the Ray shutdown under way, :func:`_shutdown_beside`) is waited for before run.json is
     written, so its time is in the run's ``timings``.
     """
-    if head is not None:
-        pipeline_report["head_start"] = head.describe()
-    t_scoring = time.perf_counter()
-    # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
-    adds = read_adds(run_dir)
-    with_dataset = questions.with_columns(pl.lit(spec.name).alias("dataset"))
-    table = retrieval_table(with_dataset) if cfg.retrieval_only else aggregate(with_dataset)
-    by_checkpoint = checkpoint_tables(with_dataset, run_dir, samples, cfg.stream_checkpoints,
-                                      retrieval_table if cfg.retrieval_only else aggregate)
-    write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
-    searched = questions.filter(pl.col("search_status") == "ok")
-    search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-    leaks = check_isolation(inputs, run_dir)
-    recall = evidence_recall(samples, run_dir)
-    outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
-                          isolation=leaks)
-    info.update(
-        status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
-        isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
-        evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
-        **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
-        **({"error": outcome.summary} if outcome.status != "completed" else {}),
-        evidence={"add_rows": adds.height, "question_rows": questions.height},
-        adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
-              "retried": int((adds["attempts"] > 1).sum()),
-              "retries_by_status": retries_by_status(adds["retried_statuses"]),
-              "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"]),
-              "queue_ms": latency_summary(adds.filter(pl.col("status") == "ok")["queue_ms"])},
-        search={"latency_ms": latency_summary(search_lat), "queue_ms": latency_summary(searched["search_queue_ms"]),
-                "latency_is": "time at the participant (sent to reply); queue_ms: waiting for an in-flight slot",
-                "retried": int((questions["search_attempts"].fill_null(0) > 1).sum()),
-                "failed": int((questions["search_status"] == "error").sum()),
-                "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
-        **usage_summary(questions),
-    )
-    timings["scoring_s"] = round(time.perf_counter() - t_scoring, 3)
-    if stopping is not None:
-        stopping.result()
+    # a Ctrl-C held here (polars drops one that lands in its callbacks and fails half way) is raised at the
+    # block's end, before run.json says the run ended: it is `interrupted` and can be resumed
+    with interrupts.deferred():
+        if head is not None:
+            pipeline_report["head_start"] = head.describe()
+        t_scoring = time.perf_counter()
+        # `questions` holds SUMMARY_COLUMNS only (run_pipeline): everything below reads no other column
+        adds = read_adds(run_dir)
+        with_dataset = questions.with_columns(pl.lit(spec.name).alias("dataset"))
+        table = retrieval_table(with_dataset) if cfg.retrieval_only else aggregate(with_dataset)
+        by_checkpoint = checkpoint_tables(with_dataset, run_dir, samples, cfg.stream_checkpoints,
+                                          retrieval_table if cfg.retrieval_only else aggregate)
+        write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
+        searched = questions.filter(pl.col("search_status") == "ok")
+        search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
+        leaks = check_isolation(inputs, run_dir)
+        recall = evidence_recall(samples, run_dir)
+        outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
+                              isolation=leaks)
+        info.update(
+            status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
+            isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
+            evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
+            **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
+            **({"error": outcome.summary} if outcome.status != "completed" else {}),
+            evidence={"add_rows": adds.height, "question_rows": questions.height},
+            adds={"ok": int((adds["status"] == "ok").sum()), "failed": int((adds["status"] != "ok").sum()),
+                  "retried": int((adds["attempts"] > 1).sum()),
+                  "retries_by_status": retries_by_status(adds["retried_statuses"]),
+                  "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"]),
+                  "queue_ms": latency_summary(adds.filter(pl.col("status") == "ok")["queue_ms"])},
+            search={"latency_ms": latency_summary(search_lat), "queue_ms": latency_summary(searched["search_queue_ms"]),
+                    "latency_is": "time at the participant (sent to reply); queue_ms: waiting for an in-flight slot",
+                    "retried": int((questions["search_attempts"].fill_null(0) > 1).sum()),
+                    "failed": int((questions["search_status"] == "error").sum()),
+                    "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
+            **usage_summary(questions),
+        )
+        timings["scoring_s"] = round(time.perf_counter() - t_scoring, 3)
+        if stopping is not None:
+            stopping.result()
     info.update(wall_s=round(time.time() - command_t0, 3), wall_covers=WALL_COVERS, timings=timings,
                 **pipeline_report)
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],

@@ -27,6 +27,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from aml_ray import interrupts
 from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
@@ -422,22 +423,26 @@ def run_pipeline(
             raise StageFailed(failure["summary"], failure=failure) from None
         raise StageFailed(f"pipeline failed: {error_cause(exc)}") from exc
     finally:
-        outputs.close()  # now, not when collected: a single stage's actor is killed, Ray Data's executor stops
-        buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
-        stop.set()
-        if poller is not None:
-            poller.join(timeout=2)
-        if handover is not None:
-            handover.join()
-        if on_progress is not None:
-            on_progress(ray.get(tracker.snapshot.remote()))
-        if report is not None:
-            try:
-                report["participant_concurrency"] = ray.get(client.concurrency.remote(), timeout=10)
-            except Exception as exc:  # noqa: BLE001 - a lost client actor: the run's own error says why
-                report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        for lease in leases:
-            lease.release()
-        ray.kill(tracker)
-    finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence
-    return read_questions(run_dir, columns=SUMMARY_COLUMNS)
+        # a Ctrl-C from here on waits for the end (aml_ray.interrupts.deferred): cut short, the clean-up left
+        # the tracker and clients alive, and one landing in pyarrow's or polars' callbacks was dropped
+        with interrupts.deferred():
+            outputs.close()  # now, not when collected: a single stage's actor is killed, Ray Data's executor stops
+            buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
+            stop.set()
+            if poller is not None:
+                poller.join(timeout=2)
+            if handover is not None:
+                handover.join()
+            if on_progress is not None:
+                on_progress(ray.get(tracker.snapshot.remote()))
+            if report is not None:
+                try:
+                    report["participant_concurrency"] = ray.get(client.concurrency.remote(), timeout=10)
+                except Exception as exc:  # noqa: BLE001 - a lost client actor: the run's own error says why
+                    report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            for lease in leases:
+                lease.release()
+            ray.kill(tracker)
+    with interrupts.deferred():
+        finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence
+        return read_questions(run_dir, columns=SUMMARY_COLUMNS)

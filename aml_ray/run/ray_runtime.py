@@ -404,7 +404,7 @@ def _kill_cluster_processes(temp_dir: str, wait_s: float = CLUSTER_KILL_WAIT_S) 
 
 
 def shutdown_ray() -> list[int]:
-    """``ray.shutdown()``; then, when this process started the local cluster, SIGKILL the workers of its
+    """``ray.shutdown()`` (a Ctrl-C during it is held to its end: :func:`aml_ray.interrupts.deferred`); then, when this process started the local cluster, SIGKILL the workers of its
     raylet that still run (environment ``RAY_RAYLET_PID`` = that raylet's pid: workers and their children).
 
     A raylet signals only the workers still registered with it when it stops, and a worker that already
@@ -417,11 +417,28 @@ def shutdown_ray() -> list[int]:
     """
     import ray
 
+    from aml_ray import interrupts
+
     raylet = _own_raylet_pid() if _started_here else None
-    ray.shutdown()
+    with interrupts.deferred():  # interrupted, it left the core worker up and the teardown crashed (SIGSEGV)
+        ray.shutdown()
+    _rearm_faulthandler()
     if raylet is None or ray.is_initialized():  # still running (a test's stand-in shutdown): nothing to kill
         return []
     return _kill_and_wait(_raylet_processes(raylet), f"raylet {raylet}", CLUSTER_KILL_WAIT_S)
+
+
+def _rearm_faulthandler() -> None:
+    """Put faulthandler's crash report back after ``ray.shutdown()``, when it is enabled (``PYTHONFAULTHANDLER``).
+
+    Ray's core worker puts its own SIGSEGV handler in at ``ray.init`` (it calls faulthandler's after its
+    own) and resets the signal to the default action at shutdown, so a crash after the shutdown ended
+    the process silently (-11 and no stack: measured with a script that segfaults before and after
+    ``ray.shutdown()``).
+    """
+    if faulthandler.is_enabled():
+        faulthandler.disable()
+        faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
 def _own_raylet_pid() -> int | None:
