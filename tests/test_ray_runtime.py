@@ -180,3 +180,21 @@ def test_a_crash_after_the_stderr_filter_still_prints_every_threads_stack():
                          env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     assert out.returncode == -11
     assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 4 in <module>' in out.stderr, out.stderr
+
+
+def test_a_crash_after_ray_shutdown_still_prints_every_threads_stack():
+    """``ray.shutdown()`` resets SIGSEGV to the default action (Ray's core worker had put its own handler in
+    at ``ray.init``): a crash after it ended the process with -11 and nothing on the console, as the
+    clean-clone CI's ``aml-ray run`` did after its "interrupted" message. :func:`shutdown_ray` enables
+    faulthandler again. The child starts a private cluster of its own (no ``RAY_ADDRESS``)."""
+    code = ("import ctypes\n"
+            "from aml_ray.run.ray_runtime import _filter_native_stderr, init_ray, shutdown_ray\n"
+            "_filter_native_stderr()\n"
+            "init_ray(num_cpus=1, private=True)\n"
+            "shutdown_ray()\n"
+            "ctypes.string_at(0)\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**env, "PYTHONFAULTHANDLER": "1"})
+    assert out.returncode == -11
+    assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 6 in <module>' in out.stderr, out.stderr
