@@ -187,8 +187,10 @@ def execute(opts: RunOptions) -> None:
     """
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.ids import new_run_id
+    from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
     from aml_ray.run.ray_runtime import set_verbose
 
+    keep_pandas_out_of_pyarrow()  # before any thread starts: the run builds its tables without pandas
     set_verbose(opts.verbose)
     opts = resumed(opts)
     run_id = opts.run_id or new_run_id()

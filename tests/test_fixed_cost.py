@@ -203,6 +203,36 @@ def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_ser
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [["gcs_server", "raylet"], True, 0, False]
 
 
+def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_file):
+    """A retrieval-only run (one stage, run without Ray Data) in a process of its own, with its own cluster,
+    started as ``aml-ray run`` starts it (:func:`keep_pandas_out_of_pyarrow` first): the driver never
+    imports ``ray.data`` (0.32 s of CPU with pandas) or pandas (0.24 s). ``init_ray`` used to import
+    ``ray.data`` to set its console and progress settings, now set where a Ray Data pipeline is built;
+    pyarrow imported pandas at the first table the driver built from Python objects."""
+    from scripts.loopback_servers import ServerProcess
+
+    code = ("import json, sys\n"
+            "from pathlib import Path\n"
+            "from aml_ray.actors.participant import ParticipantSpec\n"
+            "from aml_ray.config import model_endpoint_from_env\n"
+            "from aml_ray.run.evaluation import EvaluationConfig, evaluate\n"
+            "from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
+            "keep_pandas_out_of_pyarrow()\n"
+            "url, out, data = sys.argv[1:4]\n"
+            "spec = ParticipantSpec(add_url=f'{url}/add', search_url=f'{url}/search')\n"
+            "cfg = EvaluationConfig(dataset='locomo', participant=spec, out_dir=Path(out), data_path=Path(data),\n"
+            "                       limit_samples=1, retrieval_only=True,\n"
+            "                       answer=model_endpoint_from_env('answer', {}), judge=model_endpoint_from_env('judge', {}))\n"
+            "result = evaluate(cfg, num_cpus=2)\n"
+            "print(json.dumps([result.run_info['status'], 'ray.data' in sys.modules, 'pandas' in sys.modules]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
+    with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64") as server:
+        out = subprocess.run([sys.executable, "-c", code, server.base_url, str(tmp_path / "run"), str(locomo_file)],
+                             capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["completed", False, False]
+
+
 def test_evaluate_refuses_a_dataset_with_nothing_to_score_before_any_run_file(tmp_path, monkeypatch):
     """Service jobs and suite bundles call evaluate() without the command line's check: an empty dataset
     is refused there too (it used to run and end ``completed``), with no run.json and no Ray start."""

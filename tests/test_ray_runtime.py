@@ -74,8 +74,13 @@ def test_gc_and_huge_pages_are_tuned_in_an_actor_and_left_alone_in_the_driver(ra
             self.pandas_after = "pandas" in sys.modules
 
         def state(self):
-            return (self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before, self.pandas_after,
-                    self.thp_before, _thp_enabled())
+            import sys
+
+            import pyarrow as pa
+
+            pa.Table.from_pylist([{"memory": "m", "score": 0.5}])  # as a client's first Search table
+            return (self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before,
+                    "pandas" in sys.modules, self.thp_before, _thp_enabled())
 
     probe = Probe.remote()
     tuned, thresholds, frozen, pandas_before, pandas_after, thp_before, thp_after = ray.get(probe.state.remote())
@@ -83,8 +88,9 @@ def test_gc_and_huge_pages_are_tuned_in_an_actor_and_left_alone_in_the_driver(ra
     assert tuned is True and thresholds == ACTOR_GC_THRESHOLDS
     assert (thp_before, thp_after) == ("1", "0")  # huge pages: on as Ray started it, off once tuned
     assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
-    # pyarrow's pandas shim is loaded at start, not by the actor's first Arrow table
-    assert (pandas_before, pandas_after) == (False, True)
+    # pyarrow's check for pandas is made at start without pandas (aml_ray.run.no_pandas): the actor's first
+    # Arrow table imports none (it used to import pandas on purpose there, 0.24 s of CPU)
+    assert (pandas_before, pandas_after) == (False, False)
 
 
 def test_disabling_huge_pages_keeps_arrow_writes_working():
@@ -104,11 +110,16 @@ def test_disabling_huge_pages_keeps_arrow_writes_working():
 
 
 def test_ray_data_map_tasks_run_without_the_memory_poll_thread(ray_session):
-    # init_ray turns Ray Data's per-task memory poll off: no thread reading the process's memory beside
-    # every map task (Ray's default, 1 s, starts one named after its target, poll_uss)
+    # quiet_ray_data (called where a pipeline's Ray Data stages are built) turns Ray Data's per-task memory
+    # poll off: no thread reading the process's memory beside every map task (Ray's default, 1 s, starts one
+    # named after its target, poll_uss)
     import threading
 
     import ray.data
+
+    from aml_ray.run.ray_runtime import quiet_ray_data
+
+    quiet_ray_data()
 
     assert ray.data.DataContext.get_current().memory_usage_poll_interval_s is None
 

@@ -38,7 +38,7 @@ from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
-from aml_ray.run.ray_runtime import on_this_node, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import on_this_node, quiet_ray_data, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
@@ -256,6 +256,8 @@ def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, 
     """
     import ray.data
     from ray.data import ActorPoolStrategy
+
+    quiet_ray_data()
 
     def pool(in_flight: int) -> ActorPoolStrategy:
         # A Ray Data actor runs one task at a time unless max_concurrent_calls_per_actor says otherwise

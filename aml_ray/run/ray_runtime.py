@@ -51,7 +51,7 @@ def set_verbose(verbose: bool) -> None:
     """Show Ray's own log lines on this process's console (True) or keep them off it (False).
 
     Call it before Ray starts (the logger settings apply at the next :func:`init_ray` or
-    :func:`local_cluster`); see the module docstring for what quiet keeps off the console and where those
+    :func:`local_cluster`, Ray Data's at the next :func:`quiet_ray_data`); see the module docstring for what quiet keeps off the console and where those
     lines still go. Quiet also filters descriptor 2 at once (:func:`_filter_native_stderr`).
     """
     global _verbose
@@ -133,7 +133,6 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
         ray.init(address=address, **kwargs)
     global _started_here
     _started_here = _started_here or local
-    _quiet_ray_data()
     return True
 
 
@@ -242,7 +241,15 @@ def _driver_logging() -> dict[str, Any]:
     return {"log_to_driver": False, "logging_level": "warning" if _verbose is None else "critical"}
 
 
-def _quiet_ray_data() -> None:
+def quiet_ray_data() -> None:
+    """Ray Data's settings for this process's pipelines: its console lines and progress bars off (the CLI shows
+    its own; see the module docstring), and no per-task memory poll.
+
+    Called where a Ray Data pipeline is built (:func:`aml_ray.run.pipeline._ray_data_stages`), not when Ray
+    starts: importing ``ray.data`` costs 0.32 s of CPU in a process that has pyarrow and polars (0.24 s of it
+    pandas, which pyarrow also imports at its first table built from Python objects), time a single-stage
+    job, run without Ray Data, need not spend (issue 29). Idempotent.
+    """
     import logging
 
     import ray.data
@@ -331,7 +338,7 @@ def local_cluster(head: dict[str, Any], workers: list[dict[str, Any]], *, prefix
 
         ids = [ray.get(where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
                        .remote(), timeout=120) for n in nodes]
-        _quiet_ray_data()
+        quiet_ray_data()
         yield LocalCluster(cluster=cluster, nodes=nodes, node_ids=ids, temp_dir=tmp)
     finally:
         try:
@@ -581,11 +588,11 @@ def tune_actor_gc() -> bool:
     before; only garbage cycles wait longer. Measured: the actor's CPU per Search down to what the same
     client needs in a plain process (docs/benchmarks.md).
 
-    Before freezing, it makes pyarrow load its pandas shim: the first ``Table.from_pydict`` or
-    ``from_pylist`` of a process with pandas installed (Ray Data needs it) imports pandas, a fraction of a
-    second of CPU. Done here, that is spent while the actor starts and its objects are frozen too,
-    instead of while the first Searches are in flight (the ``ParticipantClient``'s first
-    ``search_table`` did it then: docs/benchmarks.md).
+    Before freezing, it makes pyarrow's first check for pandas (:func:`aml_ray.run.no_pandas.keep_pandas_out_of_pyarrow`):
+    the first ``Table.from_pydict`` or ``from_pylist`` of a process with pandas installed (Ray Data needs
+    it) imported pandas, 0.24 s of CPU, while the first Searches were in flight (the ``ParticipantClient``'s
+    first ``search_table``: docs/benchmarks.md); now nothing imports it, unless Ray Data already had
+    (its stage actors).
 
     Called by :func:`tune_actor_process`. Does nothing outside a Ray actor: a driver or a test process
     keeps its own settings.
@@ -599,9 +606,9 @@ def tune_actor_gc() -> bool:
 
     if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
         return False
-    import pyarrow as pa
+    from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
 
-    pa.Table.from_pydict({"warm": []})  # loads pyarrow's pandas shim (see above)
+    keep_pandas_out_of_pyarrow()  # see above
     gc.freeze()
     gc.set_threshold(*ACTOR_GC_THRESHOLDS)
     return True
