@@ -664,7 +664,7 @@ def secondary_metrics(bundle: Bundle, questions) -> dict[str, float | None]:
     """
     import polars as pl
 
-    from aml_ray.scoring import aggregate
+    from aml_ray.scoring.aggregate import aggregate
 
     if "dataset" not in questions.columns:
         questions = questions.with_columns(pl.lit(bundle.dataset).alias("dataset"))

@@ -201,7 +201,7 @@ def test_ingest_layout(per_task, parallelism, n, retrieval_only, expected):
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     """evaluate() reads only SUMMARY_COLUMNS back; its table and run.json figures are those of every column."""
     from aml_ray.run.evaluation import usage_summary
-    from aml_ray.scoring import aggregate, latency_summary
+    from aml_ray.scoring.aggregate import aggregate, latency_summary
 
     full = read_questions(two_sample_run.run_dir)
     info = two_sample_run.run_info

@@ -14,7 +14,7 @@ from aml_ray.actors.model import ModelClient
 from aml_ray.config import ModelEndpoint, model_endpoint_from_env
 from aml_ray.prompts import load_prompt
 from aml_ray.retry import RetryPolicy
-from aml_ray.scoring import aggregate
+from aml_ray.scoring.aggregate import aggregate
 from aml_ray.stages import rubric
 from aml_ray.stages.rubric import (
     RubricParseError,

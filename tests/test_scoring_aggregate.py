@@ -5,8 +5,7 @@ import math
 import polars as pl
 import pytest
 
-from aml_ray.scoring import OVERALL, aggregate, latency_summary
-from aml_ray.scoring.aggregate import RESULT_SCHEMA
+from aml_ray.scoring.aggregate import OVERALL, RESULT_SCHEMA, aggregate, latency_summary
 
 
 def _rows(rows):

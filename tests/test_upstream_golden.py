@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.datasets.longmemeval import QUESTION_TYPES, parse_longmemeval
 from aml_ray.prompts import PROMPT_DIR, load_prompt
-from aml_ray.scoring import aggregate
+from aml_ray.scoring.aggregate import aggregate
 from aml_ray.stages.scorers import get_scorer
 from aml_ray.suite import SUITES_DIR, Suite, load_suite
 

@@ -15,8 +15,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import httpx
-
 log = logging.getLogger(__name__)
 
 #: Default download timeout in seconds (connect, read, write and pool each).
@@ -136,6 +134,8 @@ def fetch_to_cache(
             ``--data PATH``.
         DatasetHashMismatch: if the downloaded bytes have another sha256 (nothing is written).
     """
+    import httpx  # here: a run with its file at hand (nearly all) does not import it (issue 29, the fixed cost)
+
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)

@@ -40,7 +40,7 @@ from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray import interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
-from aml_ray.scoring import aggregate, latency_summary
+from aml_ray.scoring.aggregate import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle

@@ -22,7 +22,7 @@ from aml_ray.config import ModelEndpoint
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.run.evidence import QUESTION_SCHEMA, RunDir, read_questions, to_table, write_json_atomic, write_parquet_atomic
 from aml_ray.prompts import load_prompt
-from aml_ray.scoring import aggregate
+from aml_ray.scoring.aggregate import aggregate
 from aml_ray.stages.scorers import get_scorer
 
 JUDGE_COLUMNS = ("verdict", "judge_raw", "judge_raw_all", "judge_status", "judge_error", "judge_attempts", "judge_verdicts",

@@ -1,9 +1,13 @@
 """Scoring: LoCoMo F1, BLEU-1, the offline lexical judge, judge-reply parsing and aggregation.
 
 Pure Python (no Ray, no HTTP). One module per scoring concept; each names its source.
+
+The score table (:mod:`aml_ray.scoring.aggregate`: ``aggregate``, ``latency_summary``, ``OVERALL``) is
+imported from its module, not from this package: it needs polars, which ``aml-ray run``'s checks before the
+pre-flight (the suite bundles' judge protocols, :mod:`aml_ray.scoring.judge_protocols`) then do not
+import (issue 29, the fixed cost).
 """
 
-from aml_ray.scoring.aggregate import OVERALL, STATUSES, aggregate, latency_summary
 from aml_ray.scoring.bleu import bleu1
 from aml_ray.scoring.f1 import locomo_f1, multi_answer_f1, token_f1
 from aml_ray.scoring.judge_parse import LABELS, JudgeParseError, parse_judge_label
@@ -13,12 +17,8 @@ from aml_ray.scoring.normalize import normalize_answer, stemmed_tokens
 __all__ = [
     "LABELS",
     "OFFLINE_JUDGE_NAME",
-    "OVERALL",
-    "STATUSES",
     "JudgeParseError",
-    "aggregate",
     "bleu1",
-    "latency_summary",
     "lexical_verdict",
     "locomo_f1",
     "multi_answer_f1",
