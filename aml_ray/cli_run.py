@@ -187,10 +187,8 @@ def execute(opts: RunOptions) -> None:
     """
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.ids import new_run_id
-    from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
     from aml_ray.run.ray_runtime import set_verbose
 
-    keep_pandas_out_of_pyarrow()  # before any thread starts: the run builds its tables without pandas
     set_verbose(opts.verbose)
     opts = resumed(opts)
     run_id = opts.run_id or new_run_id()
@@ -264,6 +262,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     Raises:
         typer.Exit: code 1 when the run stopped or ended partial, 2 for an input error found while loading.
     """
+    from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
     from aml_ray.run.preflight import start_preflight
 
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +271,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
         # every option and the dataset are checked (execute): the pre-flight's round trips go beside the
         # evaluation's imports below, about 0.4 s of CPU (issue 29, the fixed cost)
         preflight = start_preflight(spec, run_id=opts.run_id, dataset=declared.name, top_k=opts.top_k)
+        keep_pandas_out_of_pyarrow()  # before the evaluation's imports: its tables are built without pandas
         from aml_ray.datasets.fetch import DatasetError
         from aml_ray.run.evaluation import EvaluationConfig, evaluate
         from aml_ray.run.evidence import EvidenceError

@@ -233,6 +233,32 @@ def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_fi
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["completed", False, False]
 
 
+#: Modules ``aml-ray run`` does not need before its pre-flight may send (issue 29, the fixed cost): the
+#: pre-flight's first Add waits for every import made before it.
+NOT_BEFORE_THE_PREFLIGHT = ("polars", "pyarrow", "pandas", "numpy", "httpx", "ray")
+
+
+def test_aml_ray_run_starts_its_preflight_before_importing_tables_http_or_ray(tmp_path, locomo_file):
+    """What ``aml-ray run`` has imported when it starts the pre-flight, in a process of its own: none of
+    :data:`NOT_BEFORE_THE_PREFLIGHT`. At 8a28f84 the dataset check imported polars (the suite bundles' judge
+    protocols, through the scoring package's re-export of its score table), the participant client pyarrow,
+    the dataset fetcher httpx: 0.2-0.3 s before the probe Add. The pre-flight is replaced by a stand-in
+    that reports and ends the process (nothing is sent)."""
+    code = ("import json, os, sys\n"
+            "import aml_ray.run.preflight as preflight\n"
+            "def report(*args, **kwargs):\n"
+            f"    print(json.dumps(sorted(m for m in {NOT_BEFORE_THE_PREFLIGHT!r} if m in sys.modules)), flush=True)\n"
+            "    os._exit(0)\n"
+            "preflight.start_preflight = report\n"
+            "from aml_ray.cli import app\n"
+            "app(['run', '--data', sys.argv[1], '--limit-samples', '1', '--out', sys.argv[2],\n"
+            "     '--participant', 'http://127.0.0.1:9'])\n")
+    out = subprocess.run([sys.executable, "-c", code, str(locomo_file), str(tmp_path / "run")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
 def test_evaluate_refuses_a_dataset_with_nothing_to_score_before_any_run_file(tmp_path, monkeypatch):
     """Service jobs and suite bundles call evaluate() without the command line's check: an empty dataset
     is refused there too (it used to run and end ``completed``), with no run.json and no Ray start."""

@@ -23,10 +23,9 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
-import pyarrow as pa
 from aiolimiter import AsyncLimiter
 from yarl import URL
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -40,11 +39,13 @@ from aml_ray.contract import (
     search_memories,
     validate_add_response,
 )
-from aml_ray.run.evidence import search_columns
 from aml_ray.security import PinnedResolver
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
 from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+
+if TYPE_CHECKING:  # pyarrow is imported where a table is built: the pre-flight, which needs none, starts sooner
+    import pyarrow as pa
 
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
 #: Seed: "One request may run for up to 30 minutes."
@@ -679,6 +680,8 @@ class ParticipantClient:
         Raises:
             ContractError, ParticipantError: as :meth:`search`.
         """
+        from aml_ray.run.evidence import search_columns
+
         outcomes = await self.search_batch(items)
         if media_root is not None and self.spec.media is not None:
             store = MediaStore(media_root)

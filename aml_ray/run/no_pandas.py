@@ -37,8 +37,9 @@ def keep_pandas_out_of_pyarrow() -> bool:
     """Make pyarrow's first check for pandas find none, so that it never imports pandas on its own.
 
     Call it early in a process that builds Arrow tables from Python objects and never hands pyarrow a pandas
-    object (the ``aml-ray`` command, the client and stage actors), before other threads import anything:
-    for a moment ``import pandas`` fails in every thread. Idempotent.
+    object (the ``aml-ray run`` command, the client and stage actors), where no other thread may import
+    pandas: for a moment ``import pandas`` fails in every thread (``aml-ray run`` calls it with only its
+    pre-flight's thread running, an HTTP client). Idempotent.
 
     Returns:
         True when this call made the check; False when pandas was already imported (nothing to save), or
