@@ -10,9 +10,10 @@ imported, on this 2-core machine; docs/benchmarks.md).
 
 :func:`keep_pandas_out_of_pyarrow` lets the shim ask its question once while ``import pandas`` fails (a
 finder first on ``sys.meta_path`` raises ``ModuleNotFoundError`` for it; ``sys.modules["pandas"] = None``
-does not work here: pyarrow's compiled import takes the None for the module), then removes the finder. The shim remembers "no pandas" for its checks (``pyarrow/pandas-shim.pxi``:
-``_have_pandas_internal``). A call that needs pandas (``Table.to_pandas()``) still imports it then: the
-shim tries again for those. A pandas object given to pyarrow afterwards is converted as a plain sequence.
+does not work here: pyarrow's compiled import takes the None for the module), then removes the finder.
+The shim remembers "no pandas" for its checks (``pyarrow/pandas-shim.pxi``: ``_have_pandas_internal``).
+A call that needs pandas (``Table.to_pandas()``) still imports it then: the shim tries again for those.
+A pandas object given to pyarrow afterwards is converted as a plain sequence.
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ def set_verbose(verbose: bool) -> None:
     """Show Ray's own log lines on this process's console (True) or keep them off it (False).
 
     Call it before Ray starts (the logger settings apply at the next :func:`init_ray` or
-    :func:`local_cluster`, Ray Data's at the next :func:`quiet_ray_data`); see the module docstring for what quiet keeps off the console and where those
-    lines still go. Quiet also filters descriptor 2 at once (:func:`_filter_native_stderr`).
+    :func:`local_cluster`, Ray Data's at the next :func:`quiet_ray_data`); see the module docstring for
+    what quiet keeps off the console and where those lines still go. Quiet also filters descriptor 2 at
+    once (:func:`_filter_native_stderr`).
     """
     global _verbose
     _verbose = verbose
@@ -411,8 +412,9 @@ def _kill_cluster_processes(temp_dir: str, wait_s: float = CLUSTER_KILL_WAIT_S) 
 
 
 def shutdown_ray() -> list[int]:
-    """``ray.shutdown()`` (a Ctrl-C during it is held to its end: :func:`aml_ray.interrupts.deferred`); then, when this process started the local cluster, SIGKILL the workers of its
-    raylet that still run (environment ``RAY_RAYLET_PID`` = that raylet's pid: workers and their children).
+    """``ray.shutdown()`` (a Ctrl-C during it is held to its end: :func:`aml_ray.interrupts.deferred`); then,
+    when this process started the local cluster, SIGKILL the workers of its raylet that still run
+    (environment ``RAY_RAYLET_PID`` = that raylet's pid: workers and their children).
 
     A raylet signals only the workers still registered with it when it stops, and a worker that already
     disconnected no longer watches its raylet's pid; one such worker (``ray::MapWorker(MapBatches(
@@ -588,11 +590,11 @@ def tune_actor_gc() -> bool:
     before; only garbage cycles wait longer. Measured: the actor's CPU per Search down to what the same
     client needs in a plain process (docs/benchmarks.md).
 
-    Before freezing, it makes pyarrow's first check for pandas (:func:`aml_ray.run.no_pandas.keep_pandas_out_of_pyarrow`):
-    the first ``Table.from_pydict`` or ``from_pylist`` of a process with pandas installed (Ray Data needs
-    it) imported pandas, 0.24 s of CPU, while the first Searches were in flight (the ``ParticipantClient``'s
-    first ``search_table``: docs/benchmarks.md); now nothing imports it, unless Ray Data already had
-    (its stage actors).
+    Before freezing, it makes pyarrow's first check for pandas
+    (:func:`aml_ray.run.no_pandas.keep_pandas_out_of_pyarrow`): the first ``Table.from_pydict`` or
+    ``from_pylist`` of a process with pandas installed (Ray Data needs it) imported pandas, 0.24 s of CPU,
+    while the first Searches were in flight (the ``ParticipantClient``'s first ``search_table``:
+    docs/benchmarks.md); now nothing imports it, unless Ray Data already had (its stage actors).
 
     Called by :func:`tune_actor_process`. Does nothing outside a Ray actor: a driver or a test process
     keeps its own settings.
