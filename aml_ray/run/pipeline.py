@@ -278,10 +278,12 @@ def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, 
     # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
     # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
     ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_for(answer_endpoint),
-                        compute=pool(opts.model_tasks_for(answer_endpoint)), fn_constructor_kwargs=answer_kwargs,
+                        compute=pool(opts.model_tasks_for(answer_endpoint)),
+                        fn_constructor_kwargs={**answer_kwargs, "warm_up": True},
                         **common)
     ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_for(judge_endpoint),
-                        compute=pool(opts.model_tasks_for(judge_endpoint)), fn_constructor_kwargs=judge_kwargs,
+                        compute=pool(opts.model_tasks_for(judge_endpoint)),
+                        fn_constructor_kwargs={**judge_kwargs, "warm_up": True},
                         **common)
     yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
 

@@ -146,14 +146,16 @@ class IngestStage:
             self._loading.start()
 
     def _load_models(self, answer: dict[str, Any], judge: dict[str, Any]) -> None:
-        """Build the offline Answer and Judge stages (their imports, and the tokenizer: one context fitted)."""
+        """Build the offline Answer and Judge stages and warm them (their imports, the tokenizer and nltk:
+        :meth:`AnswerStage.warm <aml_ray.stages.answer.AnswerStage.warm>`,
+        :meth:`JudgeStage.warm <aml_ray.stages.judge_stage.JudgeStage.warm>`), while the Adds run."""
         try:
-            from aml_ray.models.context import fit_context
             from aml_ray.stages.answer import AnswerStage
             from aml_ray.stages.judge_stage import JudgeStage
 
             stages = [AnswerStage(**answer), JudgeStage(**judge)]
-            fit_context([{"content": "warm"}], stages[0].budget, stages[0].endpoint.model)
+            for stage in stages:
+                stage.warm()
             self._models = stages
         except BaseException as exc:  # noqa: BLE001 - raised by the first task that needs them
             self._models_error = exc

@@ -13,9 +13,11 @@ from aml_ray.actors.model import ActorModel
 from aml_ray.config import ModelEndpoint
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
-from aml_ray.stages._common import report, table_with
+from aml_ray.scoring import bleu1, token_f1
+from aml_ray.stages._common import report, table_with, warm_in_background
 from aml_ray.stages.judge import F1_RULES
 from aml_ray.stages.scorers import get_scorer
+
 
 class JudgeStage:
     """Ray Data stage running the dataset's scoring contract (default :func:`judge_rows`).
@@ -29,10 +31,13 @@ class JudgeStage:
         judge_runs: how many times each answer is judged.
         scorer: the registered scoring contract (:mod:`aml_ray.stages.scorers`), default ``binary_judge``.
         tracker: optional ``ProgressTracker`` actor handle.
+        warm_up: True: :meth:`warm` runs in a thread of its own, started here (a Ray Data pool's actor,
+            which waits for its first batch while the participant is searched).
     """
 
     def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, max_parse_retries: int = 2,
-                 f1_rule: str = "token", judge_runs: int = 1, scorer: str = "binary_judge", tracker=None):
+                 f1_rule: str = "token", judge_runs: int = 1, scorer: str = "binary_judge", tracker=None,
+                 warm_up: bool = False):
         use_arrow_ipc_serialization()
         tune_actor_process()
         self.scorer = get_scorer(scorer)
@@ -42,6 +47,15 @@ class JudgeStage:
         self.model = ActorModel(client) if client is not None else None
         self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
         self.max_parse_retries, self.judge_runs = max_parse_retries, judge_runs
+        if warm_up:
+            warm_in_background(self.warm, "judge-warm-up")
+
+    def warm(self) -> None:
+        """Do the one-time work of the first batch now: the lexical metrics' nltk imports (the Porter
+        stemmer of token F1 and the offline judge, BLEU-1's scorer; about 0.3 s of CPU together, made on
+        first use so that a driver importing the scoring modules never pays them)."""
+        token_f1("warming up", "warm")
+        bleu1("warming up", "warm")
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.drop_columns(["memories"]).to_pylist()  # no scoring contract reads the memories
