@@ -358,3 +358,46 @@ def test_the_models_first_use_imports_are_made_before_the_first_batch(tmp_path, 
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "['bpe_openai', 'nltk.stem.porter', 'nltk.translate.bleu_score']"
+
+
+def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_path, locomo_file):
+    """Issue 29: a Ray worker process costs about 1 % of a core for as long as the run lasts (Ray's 10 ms
+    signal check; docs/ray-notes.md) and a second of CPU to start; the ProgressTracker actor took 0.47-0.52 ms
+    a question at full rate against a one-at-a-time participant. In a cluster of its own, a single-stage run
+    keeps the tracker in its Ingest actor: no ``ray::ProgressTracker`` process, and the progress the driver
+    shows still counts every Add and question, the head start's Adds included."""
+    from scripts.loopback_servers import ServerProcess
+
+    code = ("import json, sys, psutil\n"
+            "from pathlib import Path\n"
+            "from aml_ray.actors.participant import ParticipantSpec\n"
+            "from aml_ray.config import model_endpoint_from_env\n"
+            "from aml_ray.run.evaluation import EvaluationConfig, evaluate\n"
+            "url, out, data = sys.argv[1:4]\n"
+            "titles, last = set(), {}\n"
+            "def seen(phase, snapshot):\n"
+            "    last.update(snapshot)\n"
+            "    for p in psutil.Process().children(recursive=True):\n"
+            "        try:\n"
+            "            titles.update(w for w in p.cmdline()[:1] if w.startswith('ray::'))\n"
+            "        except psutil.Error:\n"
+            "            pass\n"
+            "spec = ParticipantSpec(add_url=f'{url}/add', search_url=f'{url}/search')\n"
+            "cfg = EvaluationConfig(dataset='locomo', participant=spec, out_dir=Path(out), data_path=Path(data),\n"
+            "                       limit_samples=2,\n"
+            "                       answer=model_endpoint_from_env('answer', {}), judge=model_endpoint_from_env('judge', {}))\n"
+            "result = evaluate(cfg, num_cpus=2, on_progress=seen)\n"
+            "info = result.run_info\n"
+            "print(json.dumps([info['status'], info['head_start']['adds'] > 0, info['dataset']['chunks'],\n"
+            "                  info['dataset']['scorable_questions'], last, sorted(titles)]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
+    with ServerProcess("participant", "--latency-ms", "2", "--add-latency-ms", "40", "--capacity", "64") as server:
+        out = subprocess.run([sys.executable, "-c", code, server.base_url, str(tmp_path / "run"), str(locomo_file)],
+                             capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status, head_start_sent, chunks, scorable, progress, titles = json.loads(out.stdout.strip().splitlines()[-1])
+    assert status == "completed" and head_start_sent
+    assert {k: progress.get(k) for k in ("add", "search", "answer", "judge")} == {
+        "add": chunks, "search": scorable, "answer": scorable, "judge": scorable}
+    assert any(t.startswith("ray::IngestFromFiles") for t in titles), titles
+    assert not [t for t in titles if "ProgressTracker" in t], titles

@@ -40,6 +40,7 @@ from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.run.ray_runtime import on_this_node, quiet_ray_data, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
+from aml_ray.stages.ingest import PROGRESS_GROUP, PROGRESS_GROUP_SIZE
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
            "stream_steps"]
@@ -199,25 +200,20 @@ def _hand_over(tracker, head_start: HeadStart, stop: threading.Event) -> None:
     tracker.release.remote()
 
 
-def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_flight: int,
-                  scheduling: Any = None) -> Iterator[pa.Table]:
-    """Run a job whose only stage is Ingest on one plain Ray actor; yield each task's rows as it ends.
+def _ingest_actor(ingest_kwargs: dict[str, Any], *, in_flight: int, scheduling: Any = None):
+    """The plain Ray actor of a job whose only stage is Ingest (:func:`_single_stage`); the caller kills it.
 
     Args:
-        ingest_kwargs: :class:`~aml_ray.stages.IngestFromFiles`'s constructor arguments.
-        blocks: the sample file paths of each Ingest task (as Ray Data's blocks would hold them).
-        in_flight: tasks the actor runs at once (an async actor's ``max_concurrency``); the others wait
-            in its queue.
+        ingest_kwargs: :class:`~aml_ray.stages.IngestFromFiles`'s constructor arguments; with
+            ``progress_here`` the actor holds the run's tracker and gets the concurrency group of its
+            :meth:`~aml_ray.stages.IngestStage.progress` calls (:data:`~aml_ray.stages.ingest.PROGRESS_GROUP`).
+        in_flight: tasks the actor runs at once (an async actor's ``max_concurrency``, its default group's);
+            the others wait in its queue.
         scheduling: the actor's Ray scheduling strategy (:attr:`PipelineOptions.stage_scheduling`).
 
-    Yields:
-        Each task's output table (:meth:`aml_ray.stages.IngestStage.ingest`), in the order the tasks end.
-
-    Raises:
-        ray.exceptions.RayTaskError: a task's error (the tracker holds a participant's structured cause);
-        ray.exceptions.RayActorError: the actor died and could not be restarted. A lost actor (its node
-        gone) is restarted and its unfinished tasks are sent again (``max_restarts``/``max_task_retries``),
-        as Ray Data does for its actor pools; a re-run sample goes on from its Add journal.
+    A lost actor (its node gone) is restarted and its unfinished tasks are sent again
+    (``max_restarts``/``max_task_retries``), as Ray Data does for its actor pools; a re-run sample goes on
+    from its Add journal.
     """
     import ray
 
@@ -225,7 +221,61 @@ def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_
                                "max_task_retries": -1}
     if scheduling is not None:
         options["scheduling_strategy"] = scheduling
-    actor = ray.remote(IngestFromFiles).options(**options).remote(**ingest_kwargs)
+    groups = {PROGRESS_GROUP: PROGRESS_GROUP_SIZE} if ingest_kwargs.get("progress_here") is not None else None
+    # concurrency groups are declared with the class, not in .options() (Ray 2.60 refuses them there)
+    remote_class = ray.remote(concurrency_groups=groups)(IngestFromFiles) if groups else ray.remote(IngestFromFiles)
+    return remote_class.options(**options).remote(**ingest_kwargs)
+
+
+class ProgressOnIngest:
+    """The driver's handle on the tracker a single-stage Ingest actor holds (``progress_here``): called as a
+    :class:`~aml_ray.run.progress.ProgressTracker` actor is (``tracker.snapshot.remote()``), each call runs
+    :meth:`~aml_ray.stages.IngestStage.progress` in the actor's :data:`~aml_ray.stages.ingest.PROGRESS_GROUP`."""
+
+    def __init__(self, actor) -> None:
+        self._call = actor.progress.options(concurrency_group=PROGRESS_GROUP)
+
+    def __getattr__(self, method: str) -> "_ProgressCall":
+        return _ProgressCall(self._call, method)
+
+
+@dataclass(frozen=True)
+class _ProgressCall:
+    call: Any  # the actor's ``progress`` method, in its concurrency group
+    method: str
+
+    def remote(self, *args: Any):
+        """The ObjectRef of ``method(*args)`` on the tracker the actor holds."""
+        return self.call.remote(self.method, *args)
+
+
+def _snapshot(tracker) -> dict[str, int] | None:
+    """The tracker's counts, or None when the actor that holds it is gone (the run's own error says why)."""
+    import ray
+
+    try:
+        return ray.get(tracker.snapshot.remote(), timeout=10)
+    except Exception:  # noqa: BLE001 - RayActorError, GetTimeoutError
+        return None
+
+
+def _single_stage(actor, blocks: list[list[str]]) -> Iterator[pa.Table]:
+    """Run a job whose only stage is Ingest on one plain Ray actor (:func:`_ingest_actor`); yield each task's
+    rows as it ends.
+
+    Args:
+        actor: the Ingest actor; alive when this ends (the caller kills it, after its last tracker call).
+        blocks: the sample file paths of each Ingest task (as Ray Data's blocks would hold them).
+
+    Yields:
+        Each task's output table (:meth:`aml_ray.stages.IngestStage.ingest`), in the order the tasks end.
+
+    Raises:
+        ray.exceptions.RayTaskError: a task's error (the tracker holds a participant's structured cause);
+        ray.exceptions.RayActorError: the actor died and could not be restarted (:func:`_ingest_actor`).
+    """
+    import ray
+
     pending = [actor.ingest.remote(pa.table({"path": paths})) for paths in blocks]
     try:
         while pending:
@@ -237,7 +287,6 @@ def _single_stage(ingest_kwargs: dict[str, Any], blocks: list[list[str]], *, in_
             for ref in pending:  # on an actor that is being killed (Ray logs each such retry to the console)
                 ray.cancel(ref)
             ray.wait(pending, num_returns=len(pending), timeout=2.0)
-        ray.kill(actor, no_restart=True)
 
 
 def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, tasks: int,
@@ -363,9 +412,15 @@ def run_pipeline(
 
     opts = options or PipelineOptions()
     use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
-    # the tracker keeps counts and the first failure: on the driver's node, it survives a worker node's loss
-    tracker = ray.remote(ProgressTracker).options(num_cpus=0, scheduling_strategy=on_this_node()).remote(
-        head_start=head_start is not None)
+    # both models offline: they run inside the Ingest actor (no model call to wait for; two operators and
+    # their actors cost more CPU than the models: aml_ray.stages.ingest)
+    inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
+    single = retrieval_only or inline  # one stage: no Ray Data (module docstring)
+    # the tracker keeps counts and the first failure: an actor on the driver's node (it survives a worker
+    # node's loss), or in a private cluster's single stage the Ingest actor itself (aml_ray.run.progress)
+    progress_here = {"head_start": head_start is not None} if private_cluster and single else None
+    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
+        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor.
@@ -389,16 +444,17 @@ def run_pipeline(
                      "image_tokens": image_tokens}
     judge_kwargs = {"endpoint": judge, "client": judge_client, "prompt": judge_prompt, "f1_rule": f1_rule,
                     "judge_runs": judge_runs, "scorer": scorer, "tracker": tracker}
-    # both models offline: they run inside the Ingest actor (no model call to wait for; two operators and
-    # their actors cost more CPU than the models: aml_ray.stages.ingest)
-    inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
     ingest_kwargs = {"participant": client, "run_root": str(run_dir.root), "top_k": top_k, "tracker": tracker,
                      "final": retrieval_only, "samples_at_once": None if per_task == 1 else opts.ingest_parallelism,
-                     "offline_models": (answer_kwargs, judge_kwargs) if inline else None}
+                     "offline_models": (answer_kwargs, judge_kwargs) if inline else None,
+                     "progress_here": progress_here}
     paths = inputs.sample_paths()
-    if retrieval_only or inline:  # one stage: no Ray Data (module docstring)
-        outputs = _single_stage(ingest_kwargs, [paths[i:i + per_task] for i in range(0, len(paths), per_task)],
-                                in_flight=tasks, scheduling=opts.stage_scheduling)
+    ingest_actor = None
+    if single:
+        ingest_actor = _ingest_actor(ingest_kwargs, in_flight=tasks, scheduling=opts.stage_scheduling)
+        outputs = _single_stage(ingest_actor, [paths[i:i + per_task] for i in range(0, len(paths), per_task)])
+        if progress_here is not None:
+            tracker = ProgressOnIngest(ingest_actor)
     else:
         outputs = _ray_data_stages(opts, paths, per_task=per_task, tasks=tasks, ingest_kwargs=ingest_kwargs,
                                    answer=(answer, answer_kwargs), judge=(judge, judge_kwargs))
@@ -414,7 +470,10 @@ def run_pipeline(
     if on_progress is not None:
         def poll() -> None:
             while not stop.wait(0.5):
-                on_progress(ray.get(tracker.snapshot.remote()))
+                snapshot = _snapshot(tracker)
+                if snapshot is None:  # the tracker's actor is gone: the run's own error says why
+                    return
+                on_progress(snapshot)
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
     buffered = BufferedQuestionWriter(writer)
@@ -422,7 +481,10 @@ def run_pipeline(
         for batch in outputs:
             buffered.append(batch)
     except Exception as exc:  # Ray Data wraps stage errors as text; the tracker kept the structured cause
-        failure = ray.get(tracker.failure.remote())
+        try:
+            failure = ray.get(tracker.failure.remote(), timeout=10)
+        except Exception:  # noqa: BLE001 - the actor holding the tracker is gone: the cause below
+            failure = None
         if failure is not None:
             raise StageFailed(failure["summary"], failure=failure) from None
         raise StageFailed(f"pipeline failed: {error_cause(exc)}") from exc
@@ -430,15 +492,15 @@ def run_pipeline(
         # a Ctrl-C from here on waits for the end (aml_ray.interrupts.deferred): cut short, the clean-up left
         # the tracker and clients alive, and one landing in pyarrow's or polars' callbacks was dropped
         with interrupts.deferred():
-            outputs.close()  # now, not when collected: a single stage's actor is killed, Ray Data's executor stops
+            outputs.close()  # now, not when collected: a single stage's tasks left are cancelled, Ray Data's executor stops
             buffered.flush()  # finished rows are evidence, whether or not the run stopped on an error
             stop.set()
             if poller is not None:
                 poller.join(timeout=2)
             if handover is not None:
                 handover.join()
-            if on_progress is not None:
-                on_progress(ray.get(tracker.snapshot.remote()))
+            if on_progress is not None and (snapshot := _snapshot(tracker)) is not None:
+                on_progress(snapshot)
             if report is not None:
                 try:
                     report["participant_concurrency"] = ray.get(client.concurrency.remote(), timeout=10)
@@ -446,7 +508,9 @@ def run_pipeline(
                     report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             for lease in leases:
                 lease.release()
-            ray.kill(tracker)
+            for actor in (tracker if progress_here is None else None, ingest_actor):
+                if actor is not None:
+                    ray.kill(actor, no_restart=True)
     with interrupts.deferred():
         finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence
         return read_questions(run_dir, columns=SUMMARY_COLUMNS)

@@ -5,14 +5,24 @@ the Ingest stage reports a sample's finished Adds in all (``set_done("add", samp
 that runs again (its actor restarted after a node loss, or a resumed run) is counted once. The Ingest
 stage reports several samples a task and sends them through a :class:`ProgressBuffer`: one call per task
 or per half second instead of two per sample.
+
+Where the tracker lives: a Ray actor of its own, on the driver's node (it survives a worker node's loss);
+or, in a private cluster's single-stage run, inside the Ingest actor (:class:`InProcess` there; the driver
+calls it in that actor's ``progress`` concurrency group, :meth:`aml_ray.stages.ingest.IngestStage.progress`):
+one Ray worker process less, which costs about 1 % of a core while the run lasts, Ray's 10 ms signal check
+in every worker process, and a second of CPU to start (docs/ray-notes.md, issue 29). It is thread-safe for
+that: the driver's calls run on that group's event loop thread, the stage's on the actor's own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 
 class ProgressTracker:
@@ -24,61 +34,106 @@ class ProgressTracker:
 
     It also keeps the first stage failure (a contract error or a non-retryable participant status) as
     plain data, because Ray Data re-wraps UDF exceptions as text and the driver must still name the field.
+    Thread-safe (module docstring): its counts under a lock, the hand-over's two signals threading events.
     """
 
     def __init__(self, head_start: bool = False) -> None:
+        self._lock = threading.Lock()
         self._done: Counter[str] = Counter()
         self._keyed: dict[tuple[str, str], int] = {}
         self._failure: dict | None = None
-        self._head_start = head_start  # the driver's head start sends Adds until released (aml_ray.run.head_start)
-        self._wanted = asyncio.Event()  # the Ingest stage asked to take over
-        self._released = asyncio.Event()  # the head start stopped: its Adds are journalled
+        self._wanted = threading.Event()  # the Ingest stage asked to take over
+        self._released = threading.Event()  # the head start stopped: its Adds are journalled
+        if not head_start:  # no head start sends Adds (aml_ray.run.head_start): nothing to wait for
+            self._released.set()
 
     async def take_over(self) -> None:
         """The Ingest stage's call before its first Add: returns once the head start (if any) stopped and
         its Adds are journalled, at once when there is none."""
-        if self._head_start:
+        if not self._released.is_set():
             self._wanted.set()
-            await self._released.wait()
+            await asyncio.to_thread(self._released.wait)
 
     async def wait_wanted(self) -> None:
         """The driver's call: returns once the Ingest stage asked to take over (:meth:`take_over`)."""
-        await self._wanted.wait()
+        await asyncio.to_thread(self._wanted.wait)
 
     def release(self) -> None:
         """The driver's call after the head start stopped: the Ingest stage goes on (:meth:`take_over`)."""
-        self._head_start = False
         self._released.set()
 
     def record_failure(self, failure: dict) -> None:
         """Keep the first failure: ``{"kind", "summary", "field"?, "status"?, "request_id"}``."""
-        if self._failure is None:
-            self._failure = failure
+        with self._lock:
+            if self._failure is None:
+                self._failure = failure
 
     def failure(self) -> dict | None:
         return self._failure
 
     def incr(self, stage: str, n: int = 1) -> None:
-        self._done[stage] += n
+        with self._lock:
+            self._done[stage] += n
 
     def set_done(self, stage: str, key: str, n: int) -> None:
         """Record that ``key`` (a sample) has ``n`` finished units of ``stage`` in all; the highest count wins.
 
         Idempotent: a re-executed sample reports the same key again instead of adding its units twice.
         """
-        self._keyed[(stage, key)] = max(self._keyed.get((stage, key), 0), n)
+        with self._lock:
+            self._keyed[(stage, key)] = max(self._keyed.get((stage, key), 0), n)
 
     def update(self, counts: dict[str, int], totals: dict[tuple[str, str], int]) -> None:
         """Apply a :class:`ProgressBuffer` flush: ``counts`` as :meth:`incr`, ``{(stage, key): n}`` as :meth:`set_done`."""
-        self._done.update(counts)
-        for (stage, key), n in totals.items():
-            self.set_done(stage, key, n)
+        with self._lock:
+            self._done.update(counts)
+            for key, n in totals.items():
+                self._keyed[key] = max(self._keyed.get(key, 0), n)
 
     def snapshot(self) -> dict[str, int]:
-        done = Counter(self._done)
-        for (stage, _), n in self._keyed.items():
-            done[stage] += n
+        with self._lock:
+            done = Counter(self._done)
+            for (stage, _), n in self._keyed.items():
+                done[stage] += n
         return dict(done)
+
+
+class InProcess:
+    """An object called as its Ray actor handle would be (``handle.method.remote(*args)``), in this process: the
+    progress tracker the single-stage Ingest actor holds, as its stages call it (module docstring).
+
+    ``.remote()`` runs the method at once; it returns the coroutine of an ``async`` method, and an awaitable
+    of the result of any other, so ``await handle.record_failure.remote(f)`` and a fire-and-forget
+    ``handle.incr.remote(stage, n)`` read as they do with an actor handle.
+    """
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def __getattr__(self, name: str) -> "_InProcessMethod":
+        return _InProcessMethod(getattr(self.target, name))
+
+
+class _InProcessMethod:
+    def __init__(self, method: Callable[..., Any]) -> None:
+        self._method = method
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._method(*args, **kwargs)
+        return result if inspect.isawaitable(result) else _Done(result)
+
+
+class _Done:
+    """An awaitable of a value already there."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self):
+        return self.value
+        yield  # noqa: unreachable - makes __await__ a generator
 
 
 class ProgressBuffer:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import threading
 import uuid
@@ -42,10 +43,15 @@ import pyarrow as pa
 from aml_ray.run.evidence import AddJournal, RunDir, StopLog
 from aml_ray.run.inputs import SAMPLE_INPUT_SCHEMA, read_sample_files, sample_questions
 from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
-from aml_ray.run.progress import ProgressBuffer
+from aml_ray.run.progress import InProcess, ProgressBuffer, ProgressTracker
 from aml_ray.run.outcome import FailureBudget
 from aml_ray.stages._common import StageStopped, searched_questions, stop_on
 from aml_ray.stages.search import search_rows
+
+#: The concurrency group of :meth:`IngestStage.progress` on a single-stage Ingest actor that holds the tracker
+#: (its size: the driver's calls that may wait at once, the hand-over's ``wait_wanted`` among them).
+PROGRESS_GROUP = "progress"
+PROGRESS_GROUP_SIZE = 4
 
 
 def add_evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -119,12 +125,25 @@ class IngestStage:
             :class:`~aml_ray.stages.answer.AnswerStage` and :class:`~aml_ray.stages.judge_stage.JudgeStage`
             when both models are offline: each task's rows leave this stage answered and judged (see the
             module docstring). None: they leave searched.
+        progress_here: the run's :class:`~aml_ray.run.progress.ProgressTracker` is held by this actor, made
+            with these constructor arguments (``tracker`` must be None): a private cluster's single-stage
+            run, one Ray worker process less (:mod:`aml_ray.run.progress`); the driver calls it through
+            :meth:`progress`, the stages of ``offline_models`` report to it.
     """
 
     def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False,
-                 samples_at_once: int | None = None, offline_models: tuple[dict, dict] | None = None):
+                 samples_at_once: int | None = None, offline_models: tuple[dict, dict] | None = None,
+                 progress_here: dict[str, Any] | None = None):
         use_arrow_ipc_serialization()
         tune_actor_process()
+        self._progress_here: ProgressTracker | None = None
+        if progress_here is not None:
+            if tracker is not None:
+                raise ValueError("progress_here: this actor holds the tracker; give no tracker handle as well")
+            self._progress_here = ProgressTracker(**progress_here)
+            tracker = InProcess(self._progress_here)
+            if offline_models is not None:  # their stages report to the tracker held here
+                offline_models = tuple({**kwargs, "tracker": tracker} for kwargs in offline_models)
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k
@@ -282,6 +301,19 @@ class IngestStage:
         """One task, as :meth:`__call__` runs it for Ray Data: the entry point of a plain Ray actor of this
         class (a single-stage job: :func:`aml_ray.run.pipeline._single_stage`)."""
         return await self(batch)
+
+    async def progress(self, method: str, *args: Any) -> Any:
+        """The driver's call of ``method`` (``snapshot``, ``failure``, ``wait_wanted``, ``release``) on the tracker
+        this actor holds (``progress_here``); called in the actor's :data:`PROGRESS_GROUP` concurrency group,
+        so it never waits for one of the Ingest tasks' slots (:func:`aml_ray.run.pipeline._single_stage`).
+
+        Raises:
+            RuntimeError: this actor holds no tracker.
+        """
+        if self._progress_here is None:
+            raise RuntimeError("this Ingest actor holds no progress tracker (progress_here was not given)")
+        result = getattr(self._progress_here, method)(*args)
+        return await result if inspect.isawaitable(result) else result
 
     async def _held(self, row: dict[str, Any]) -> pa.Table:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
