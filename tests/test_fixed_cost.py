@@ -203,12 +203,12 @@ def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_ser
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [["gcs_server", "raylet"], True, 0, False]
 
 
-def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_file):
-    """A retrieval-only run (one stage, run without Ray Data) in a process of its own, with its own cluster,
-    started as ``aml-ray run`` starts it (:func:`keep_pandas_out_of_pyarrow` first): the driver never
-    imports ``ray.data`` (0.32 s of CPU with pandas) or pandas (0.24 s). ``init_ray`` used to import
-    ``ray.data`` to set its console and progress settings, now set where a Ray Data pipeline is built;
-    pyarrow imported pandas at the first table the driver built from Python objects."""
+def _evaluate_in_a_process(tmp_path, locomo_file, *, setup: str, config: str, call: str, report: str,
+                           participant: tuple[str, ...]):
+    """``evaluate`` of LoCoMo in a Python process of its own, with a local cluster of its own (as ``aml-ray run``
+    starts one), against a loopback participant started with ``participant``; returns the JSON that the
+    code ``report`` printed last. ``setup`` runs first (after ``url, out, data`` are set), ``config`` adds
+    :class:`EvaluationConfig` arguments, ``call`` :func:`evaluate` ones (``", on_progress=..."``)."""
     from scripts.loopback_servers import ServerProcess
 
     code = ("import json, sys\n"
@@ -216,21 +216,35 @@ def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_fi
             "from aml_ray.actors.participant import ParticipantSpec\n"
             "from aml_ray.config import model_endpoint_from_env\n"
             "from aml_ray.run.evaluation import EvaluationConfig, evaluate\n"
-            "from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
-            "keep_pandas_out_of_pyarrow()\n"
             "url, out, data = sys.argv[1:4]\n"
+            + setup +
             "spec = ParticipantSpec(add_url=f'{url}/add', search_url=f'{url}/search')\n"
             "cfg = EvaluationConfig(dataset='locomo', participant=spec, out_dir=Path(out), data_path=Path(data),\n"
-            "                       limit_samples=1, retrieval_only=True,\n"
+            f"                       {config},\n"
             "                       answer=model_endpoint_from_env('answer', {}), judge=model_endpoint_from_env('judge', {}))\n"
-            "result = evaluate(cfg, num_cpus=2)\n"
-            "print(json.dumps([result.run_info['status'], 'ray.data' in sys.modules, 'pandas' in sys.modules]))\n")
+            f"result = evaluate(cfg, num_cpus=2{call})\n"
+            + report)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
-    with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64") as server:
+    with ServerProcess("participant", *participant) as server:
         out = subprocess.run([sys.executable, "-c", code, server.base_url, str(tmp_path / "run"), str(locomo_file)],
                              capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["completed", False, False]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_file):
+    """A retrieval-only run (one stage, run without Ray Data) in a process of its own, with its own cluster,
+    started as ``aml-ray run`` starts it (:func:`keep_pandas_out_of_pyarrow` first): the driver never
+    imports ``ray.data`` (0.32 s of CPU with pandas) or pandas (0.24 s). ``init_ray`` used to import
+    ``ray.data`` to set its console and progress settings, now set where a Ray Data pipeline is built;
+    pyarrow imported pandas at the first table the driver built from Python objects."""
+    reported = _evaluate_in_a_process(
+        tmp_path, locomo_file,
+        setup="from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\nkeep_pandas_out_of_pyarrow()\n",
+        config="limit_samples=1, retrieval_only=True", call="",
+        report="print(json.dumps([result.run_info['status'], 'ray.data' in sys.modules, 'pandas' in sys.modules]))\n",
+        participant=("--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64"))
+    assert reported == ["completed", False, False]
 
 
 #: Modules ``aml-ray run`` does not need before its pre-flight may send (issue 29, the fixed cost): the
@@ -366,36 +380,23 @@ def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_p
     a question at full rate against a one-at-a-time participant. In a cluster of its own, a single-stage run
     keeps the tracker in its Ingest actor: no ``ray::ProgressTracker`` process, and the progress the driver
     shows still counts every Add and question, the head start's Adds included."""
-    from scripts.loopback_servers import ServerProcess
-
-    code = ("import json, sys, psutil\n"
-            "from pathlib import Path\n"
-            "from aml_ray.actors.participant import ParticipantSpec\n"
-            "from aml_ray.config import model_endpoint_from_env\n"
-            "from aml_ray.run.evaluation import EvaluationConfig, evaluate\n"
-            "url, out, data = sys.argv[1:4]\n"
-            "titles, last = set(), {}\n"
-            "def seen(phase, snapshot):\n"
-            "    last.update(snapshot)\n"
-            "    for p in psutil.Process().children(recursive=True):\n"
-            "        try:\n"
-            "            titles.update(w for w in p.cmdline()[:1] if w.startswith('ray::'))\n"
-            "        except psutil.Error:\n"
-            "            pass\n"
-            "spec = ParticipantSpec(add_url=f'{url}/add', search_url=f'{url}/search')\n"
-            "cfg = EvaluationConfig(dataset='locomo', participant=spec, out_dir=Path(out), data_path=Path(data),\n"
-            "                       limit_samples=2,\n"
-            "                       answer=model_endpoint_from_env('answer', {}), judge=model_endpoint_from_env('judge', {}))\n"
-            "result = evaluate(cfg, num_cpus=2, on_progress=seen)\n"
-            "info = result.run_info\n"
-            "print(json.dumps([info['status'], info['head_start']['adds'] > 0, info['dataset']['chunks'],\n"
-            "                  info['dataset']['scorable_questions'], last, sorted(titles)]))\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
-    with ServerProcess("participant", "--latency-ms", "2", "--add-latency-ms", "40", "--capacity", "64") as server:
-        out = subprocess.run([sys.executable, "-c", code, server.base_url, str(tmp_path / "run"), str(locomo_file)],
-                             capture_output=True, text=True, timeout=180, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    status, head_start_sent, chunks, scorable, progress, titles = json.loads(out.stdout.strip().splitlines()[-1])
+    reported = _evaluate_in_a_process(
+        tmp_path, locomo_file,
+        setup=("import psutil\n"
+               "titles, last = set(), {}\n"
+               "def seen(phase, snapshot):\n"
+               "    last.update(snapshot)\n"
+               "    for p in psutil.Process().children(recursive=True):\n"
+               "        try:\n"
+               "            titles.update(w for w in p.cmdline()[:1] if w.startswith('ray::'))\n"
+               "        except psutil.Error:\n"
+               "            pass\n"),
+        config="limit_samples=2", call=", on_progress=seen",
+        report=("info = result.run_info\n"
+                "print(json.dumps([info['status'], info['head_start']['adds'] > 0, info['dataset']['chunks'],\n"
+                "                  info['dataset']['scorable_questions'], last, sorted(titles)]))\n"),
+        participant=("--latency-ms", "2", "--add-latency-ms", "40", "--capacity", "64"))
+    status, head_start_sent, chunks, scorable, progress, titles = reported
     assert status == "completed" and head_start_sent
     assert {k: progress.get(k) for k in ("add", "search", "answer", "judge")} == {
         "add": chunks, "search": scorable, "answer": scorable, "judge": scorable}
