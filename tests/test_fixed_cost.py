@@ -180,6 +180,31 @@ def test_the_ray_shutdown_goes_beside_the_scoring(tmp_path, locomo_file, monkeyp
     assert result.run_info["status"] == "completed" and "ray_shutdown_s" in result.run_info["timings"]
 
 
+
+def test_the_scoring_reads_the_question_memories_once_for_isolation_and_recall(tmp_path, locomo_file, monkeypatch):
+    """Issue 29, the run's tail: the isolation check and the evidence recall each read and converted every
+    question's memories (two passes over the evidence; with the reference BM25 participant's 100 memories a
+    question, most of ``_score``'s 0.73 s under cProfile). One pass now serves both, with the same results."""
+    from aml_ray.reference.server import ReferenceServer
+
+    passes: list[tuple[str, ...]] = []
+    read = evaluation.iter_question_memories
+
+    def counted(files, columns=("question_id", "user_id", "memories")):
+        passes.append(tuple(columns))
+        return read(files, columns)
+
+    monkeypatch.setattr(evaluation, "iter_question_memories", counted)
+    with ReferenceServer(tmp_path / "ref") as ref:
+        cfg = config(tmp_path, locomo_file, "http://unused")
+        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        cfg.retrieval_only = True
+        info = evaluate(cfg).run_info
+    assert len(passes) == 1 and {"user_id", "sample_id", "memories"} <= set(passes[0])
+    assert info["status"] == "completed" and info["isolation"] == {"leaking_questions": 0, "examples": []}
+    overall = next(r for r in info["evidence_recall"]["table"] if r["category"] == "overall")
+    assert overall["n"] > 100 and 0 < overall["recall@10"] <= 1
+
 def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
     """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS and the
     raylet only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started, nor (a quiet run:
@@ -402,3 +427,25 @@ def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_p
         "add": chunks, "search": scorable, "answer": scorable, "judge": scorable}
     assert any(t.startswith("ray::IngestFromFiles") for t in titles), titles
     assert not [t for t in titles if "ProgressTracker" in t], titles
+
+
+
+def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_file):
+    """Issue 29, the run's tail: the scoring's first bootstrap interval imported ``numpy.random`` and
+    ``numpy.ma``, and ``ray.shutdown()`` beside it ``ray.dag`` (about 0.04 s of CPU, after the last Search).
+    They are imported while the pipeline runs (:func:`aml_ray.run.evaluation.warm_tail`): all three are
+    loaded when the scoring starts, in a run of its own process."""
+    reported = _evaluate_in_a_process(
+        tmp_path, locomo_file,
+        setup=("from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
+               "keep_pandas_out_of_pyarrow()\n"  # as aml-ray run does: pandas would import both numpy modules
+               "import aml_ray.run.evaluation as evaluation\n"
+               "score, seen = evaluation._score, []\n"
+               "def watched(*args, **kwargs):\n"
+               "    seen.extend(m for m in ('numpy.random', 'numpy.ma', 'ray.dag') if m in sys.modules)\n"
+               "    return score(*args, **kwargs)\n"
+               "evaluation._score = watched\n"),
+        config="limit_samples=1, retrieval_only=True", call="",
+        report="print(json.dumps([result.run_info['status'], seen]))\n",
+        participant=("--latency-ms", "1", "--add-latency-ms", "20", "--capacity", "64"))
+    assert reported == ["completed", ["numpy.random", "numpy.ma", "ray.dag"]]

@@ -32,7 +32,7 @@ from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.run.inputs import PipelineInputs, build_inputs, read_sample_files
-from aml_ray.run.isolation import find_leaks, index_adds, iter_question_memories
+from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
 from aml_ray.run.outcome import run_outcome
 from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
@@ -326,6 +326,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             head.stop()
         raise
     spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info = prepared
+    threading.Thread(target=warm_tail, daemon=True, name="aml-ray-warm-tail").start()
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -366,6 +367,24 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     finally:
         if stopping is not None:
             stopping.result()
+
+
+def warm_tail() -> None:
+    """Make the run's tail's first-use imports now, while the pipeline runs (a thread of the driver, which
+    mostly waits then; issue 29): the bootstrap's ``numpy.random`` and ``numpy.ma`` (numpy imports them on the
+    first generator and the first ``np.quantile``), the evidence recall's module, and ``ray.dag``, which
+    Ray 2.60's ``ray.shutdown()`` imports to stop compiled graphs, in the thread beside the scoring. They took
+    about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). An error is left for the tail,
+    which imports the same."""
+    try:
+        from aml_ray.scoring.bootstrap import mean_ci
+        import aml_ray.scoring.evidence_recall  # noqa: F401
+
+        mean_ci([0.0, 1.0], resamples=2)
+        if "ray" in sys.modules:
+            import ray.dag.compiled_dag_node  # noqa: F401
+    except Exception:  # noqa: BLE001 - the tail does the same work and raises there
+        pass
 
 
 def _shutdown_beside(timings: dict[str, float]) -> Future:
@@ -416,8 +435,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks = check_isolation(inputs, run_dir)
-        recall = evidence_recall(samples, run_dir)
+        leaks, recall = memory_checks(samples, inputs, run_dir)
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(
@@ -687,35 +705,43 @@ def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpo
     return out
 
 
-def evidence_recall(samples, run_dir: RunDir) -> list[dict[str, Any]]:
-    """Per-question evidence recall written to ``evidence/recall.parquet``; returns the per-category table
-    (:func:`aml_ray.scoring.evidence_recall.recall_table`)."""
+def memory_checks(samples, inputs, run_dir: RunDir) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's isolation check and evidence recall, in one pass over its question evidence's memories.
+
+    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what) against each
+    question's memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
+    (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
+    and once for both: reading and converting them is most of either check's time with a participant that
+    returns many (issue 29, the run's tail).
+
+    Returns:
+        ``(leaks, recall table)``: one dict per question that got a memory of another user_id (empty when
+        isolation held), and the per-category recall table
+        (:func:`aml_ray.scoring.evidence_recall.recall_table`).
+    """
     import pyarrow as pa
 
     from aml_ray.scoring.evidence_recall import recall_rows, recall_table
 
-    files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
-    columns = ("question_id", "sample_id", "category", "excluded", "search_status", "memories")
-    rows = list(recall_rows(samples, iter_question_memories(files, columns)))
-    write_parquet_atomic(pa.Table.from_pylist(rows) if rows else pa.table({"question_id": pa.array([], pa.string())}),
-                         run_dir.recall)
-    return recall_table(rows)
-
-
-def check_isolation(inputs, run_dir: RunDir) -> list[dict[str, Any]]:
-    """Leaks of the run (:func:`aml_ray.run.isolation.find_leaks`): its sample inputs against its question evidence.
-
-    Returns:
-        One dict per question that got a memory of another user_id (empty when isolation held).
-    """
     def adds_by_user():
         for path in inputs.sample_paths():
             adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
             if adds:
                 yield adds[0]["user_id"], adds
 
-    owners = index_adds(adds_by_user())
-    return find_leaks(iter_question_memories(str(p) for p in sorted(run_dir.questions.glob("*.parquet"))), owners)
+    finder = LeakFinder(index_adds(adds_by_user()))
+
+    def checked(rows):
+        for row in rows:
+            finder.check(row)
+            yield row
+
+    files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
+    columns = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories")
+    rows = list(recall_rows(samples, checked(iter_question_memories(files, columns))))
+    write_parquet_atomic(pa.Table.from_pylist(rows) if rows else pa.table({"question_id": pa.array([], pa.string())}),
+                         run_dir.recall)
+    return finder.leaks, recall_table(rows)
 
 
 @dataclass

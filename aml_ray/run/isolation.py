@@ -91,6 +91,53 @@ def _content_owner(content: str, user_id: str, owners: _Owners) -> tuple[str, st
     return None
 
 
+class LeakFinder:
+    """Checks question rows one at a time for memories of another user_id of the run (:func:`find_leaks`).
+
+    Args:
+        owners: :func:`index_adds` of the run's Adds.
+        limit: stop checking after this many leaking questions (the run is failed by the first).
+
+    Attributes:
+        leaks: one dict per leaking question found so far, as :func:`find_leaks` returns them.
+    """
+
+    def __init__(self, owners: _Owners, *, limit: int = 1000) -> None:
+        self.owners, self.limit = owners, limit
+        self.leaks: list[dict[str, Any]] = []
+        self._checked: dict[tuple[str, str, str], tuple[str, str, str] | None] = {}
+
+    @property
+    def full(self) -> bool:
+        """``limit`` leaking questions were found: later rows are not checked."""
+        return len(self.leaks) >= self.limit
+
+    def check(self, row: dict[str, Any]) -> None:
+        """Check one question row (``question_id``, ``user_id``, ``memories`` ``[{id, content}]``); a leak is
+        appended to :attr:`leaks` (its first leaking memory). Does nothing once :attr:`full`."""
+        if self.full:
+            return
+        user_id = row["user_id"]
+        for rank, memory in enumerate(row.get("memories") or (), start=1):
+            mid, content = memory.get("id") or "", memory.get("content") or ""
+            key = (user_id, mid, content)
+            if key not in self._checked:
+                self._checked[key] = self._owner(user_id, mid, content)
+            found = self._checked[key]
+            if found is not None:
+                self.leaks.append({"question_id": row["question_id"], "user_id": user_id, "memory_id": mid,
+                                   "rank": rank, "owner_user_id": found[0], "rule": found[1], "evidence": found[2]})
+                return
+
+    def _owner(self, user_id: str, mid: str, content: str) -> tuple[str, str, str] | None:
+        """``(other user_id, rule, evidence)`` when the memory belongs to another user_id, else None."""
+        owner = self.owners.request_owner.get(mid)
+        if owner is not None and owner != user_id:
+            return owner, "id", f"request_id {mid}"
+        hit = _content_owner(content, user_id, self.owners)
+        return None if hit is None else (hit[0], "content", f"message starting {hit[1]!r}")
+
+
 def find_leaks(rows: Iterable[dict[str, Any]], owners: _Owners, *, limit: int = 1000) -> list[dict[str, Any]]:
     """Questions whose memories belong to another user_id of the run.
 
@@ -104,31 +151,12 @@ def find_leaks(rows: Iterable[dict[str, Any]], owners: _Owners, *, limit: int = 
         ``memory_id``, ``rank`` (1-based), ``owner_user_id``, ``rule`` (``id`` | ``content``), ``evidence``
         (the request_id, or the message's first words).
     """
-    checked: dict[tuple[str, str, str], tuple[str, str, str] | None] = {}
-    leaks: list[dict[str, Any]] = []
+    finder = LeakFinder(owners, limit=limit)
     for row in rows:
-        user_id = row["user_id"]
-        for rank, memory in enumerate(row.get("memories") or (), start=1):
-            mid, content = memory.get("id") or "", memory.get("content") or ""
-            key = (user_id, mid, content)
-            if key not in checked:
-                found: tuple[str, str, str] | None = None
-                owner = owners.request_owner.get(mid)
-                if owner is not None and owner != user_id:
-                    found = (owner, "id", f"request_id {mid}")
-                else:
-                    hit = _content_owner(content, user_id, owners)
-                    if hit is not None:
-                        found = (hit[0], "content", f"message starting {hit[1]!r}")
-                checked[key] = found
-            found = checked[key]
-            if found is not None:
-                leaks.append({"question_id": row["question_id"], "user_id": user_id, "memory_id": mid, "rank": rank,
-                              "owner_user_id": found[0], "rule": found[1], "evidence": found[2]})
-                break
-        if len(leaks) >= limit:
+        finder.check(row)
+        if finder.full:
             break
-    return leaks
+    return finder.leaks
 
 
 def iter_question_memories(files: Iterable[str], columns: Sequence[str] = ("question_id", "user_id", "memories")
