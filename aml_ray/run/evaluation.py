@@ -42,6 +42,7 @@ from aml_ray import interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
 from aml_ray.scoring.aggregate import aggregate, latency_summary
 from aml_ray.scoring.retrieval import retrieval_table
+from aml_ray.stages._common import warm_in_background
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle
 
@@ -326,7 +327,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             head.stop()
         raise
     spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info = prepared
-    threading.Thread(target=warm_tail, daemon=True, name="aml-ray-warm-tail").start()
+    warm_in_background(warm_tail, "aml-ray-warm-tail")
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -374,17 +375,14 @@ def warm_tail() -> None:
     mostly waits then; issue 29): the bootstrap's ``numpy.random`` and ``numpy.ma`` (numpy imports them on the
     first generator and the first ``np.quantile``), the evidence recall's module, and ``ray.dag``, which
     Ray 2.60's ``ray.shutdown()`` imports to stop compiled graphs, in the thread beside the scoring. They took
-    about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). An error is left for the tail,
-    which imports the same."""
-    try:
-        from aml_ray.scoring.bootstrap import mean_ci
-        import aml_ray.scoring.evidence_recall  # noqa: F401
+    about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). Run by
+    :func:`~aml_ray.stages._common.warm_in_background`: an error is left for the tail, which imports the same."""
+    from aml_ray.scoring.bootstrap import mean_ci
+    import aml_ray.scoring.evidence_recall  # noqa: F401
 
-        mean_ci([0.0, 1.0], resamples=2)
-        if "ray" in sys.modules:
-            import ray.dag.compiled_dag_node  # noqa: F401
-    except Exception:  # noqa: BLE001 - the tail does the same work and raises there
-        pass
+    mean_ci([0.0, 1.0], resamples=2)
+    if "ray" in sys.modules:
+        import ray.dag.compiled_dag_node  # noqa: F401
 
 
 def _shutdown_beside(timings: dict[str, float]) -> Future:

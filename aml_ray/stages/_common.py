@@ -15,8 +15,9 @@ from aml_ray.run.evidence import QUESTION_SCHEMA, RETRIEVED, SEARCH_COLUMNS
 
 
 def warm_in_background(warm: Callable[[], None], name: str) -> threading.Thread:
-    """Run a stage's ``warm`` (its one-time imports and tables) in a daemon thread named ``name``, started
-    now; an error in it is left for the first batch, which does the same work and raises it there."""
+    """Run ``warm`` (a stage's or the run's tail's one-time imports and tables) in a daemon thread named
+    ``name``, started now; an error in it is left for the first use, which does the same work and raises
+    it there."""
     def run() -> None:
         try:
             warm()
