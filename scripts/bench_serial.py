@@ -200,9 +200,27 @@ def peer_command(base_url: str, samples: int) -> dict[str, Any]:
         out = Path(tmp) / "peer.json"
         t0 = time.monotonic()
         subprocess.run([sys.executable, __file__, "peer", base_url, str(samples), str(out)], check=True)
-        wall = time.monotonic() - t0
+        t_exit = time.monotonic()
         result = json.loads(out.read_text())
-    return {**result, "loop_wall_s": result["wall_s"], "wall_s": wall}
+    return {**result, "loop_wall_s": result["wall_s"], "wall_s": t_exit - t0, "t0": t0, "t_exit": t_exit}
+
+
+def wall_parts(stats: dict[str, Any], t0: float, t_exit: float, busy_s: float) -> dict[str, Any]:
+    """A command's wall time against a one-at-a-time participant, in parts that add up to it (seconds).
+
+    ``start``: the command's start to the participant's first service; ``busy``: the service times set
+    (``busy_s``); ``late``: the participant's own overrun of them (its event loop waiting for a CPU, which
+    the client's processes on the same machine cause); ``idle``: the participant with nothing to serve
+    between its first service and its last; ``tail``: its last reply to the command's exit. ``gaps``: the
+    three longest idle gaps, ``(seconds after the start, seconds, the next request's kind, its number)``;
+    ``span_check``: the first service to the last less busy, late and idle (about 0: the parts account for
+    the whole span).
+    """
+    first, last = stats["served_first"], stats["served_last"]
+    gaps = sorted(stats["gaps"], key=lambda g: -g[1])[:3]
+    return {"start": first - t0, "busy": busy_s, "late": stats["late_total_s"], "idle": stats["idle_s"],
+            "tail": t_exit - last, "gaps": [(g[0] - t0, g[1], *g[2:]) for g in gaps],
+            "span_check": (last - first) - busy_s - stats["late_total_s"] - stats["idle_s"]}
 
 
 def peer_main(base_url: str, samples: int, out: Path) -> None:
@@ -241,6 +259,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         peer_stats = server.stats()
         server.reset()
         peer_cmd = None if args.skip_peer else peer_command(server.base_url, args.serial_samples)
+        peer_cmd_stats = None if args.skip_peer else server.stats()
     n_adds, n_searches = st["n"]["add"], st["n"]["search"]
     run = cmd["run"]
     n_q = run["dataset"]["scorable_questions"]
@@ -255,6 +274,12 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         _Inputs.max_sample_chunks = max(_chunks_per_sample(args.serial_samples))
         bound = lower_bound(_Inputs, search_ms / 1000, add_ms / 1000, args.concurrency, 0.0, 1)["bound"]
         bound_note = "the lower bound of the declared limits (longest sample's Adds in order, or capacity)"
+    parts = peer_parts = None
+    if kind == "serial":
+        parts = wall_parts(st, cmd["t0"], cmd["t_exit"], bound)
+        if peer_cmd:  # the peer sends no pre-flight: its busy time is one Add and one Search less
+            peer_parts = wall_parts(peer_cmd_stats, peer_cmd["t0"], peer_cmd["t_exit"],
+                                    bound - (add_ms + search_ms) / 1000)
     tree: TreeCpu = cmd["tree"]
     first_s, last_s = st["first_two"]["search"][1], st["last"]["search"]  # [0]: the pre-flight's Search
     full_rate_cpu = tree.at(last_s) - tree.at(first_s)
@@ -278,6 +303,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         "limit": {k: conc.get(k) for k in ("declared", "min", "max", "final")},
         "server_max_in_flight": st["max_in_flight"],
         "peer": peer, "peer_server_max_in_flight": peer_stats["max_in_flight"], "peer_command": peer_cmd,
+        "wall_parts": parts, "peer_wall_parts": peer_parts,
     }
 
 
@@ -319,6 +345,11 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
             print(f"  command -> first Add of the run  {r['command_to_first_add_s']:7.2f} s (pre-flight probe Add at "
                   f"{r['command_to_probe_add_s']:.2f} s); last Search -> exit {r['last_search_to_exit_s']:.2f} s")
             print(f"  timings in run.json              {r['timings']}")
+            for who, wp in (("aml-ray", r.get("wall_parts")), ("peer command", r.get("peer_wall_parts"))):
+                if wp:
+                    gaps = ", ".join(f"{g:.3f} s at {at:.2f} s before {kind} {n}" for at, g, kind, n in wp["gaps"])
+                    print(f"  wall parts, {who:<13} start {wp['start']:.2f} + busy {wp['busy']:.2f} + late "
+                          f"{wp['late']:.2f} + idle {wp['idle']:.2f} + tail {wp['tail']:.2f} s; longest idle gaps: {gaps}")
             print(f"  aml-ray CPU: {r['cpu_s']:.2f} s in all = {r['cpu_ms_per_question']:.1f} ms/question; at full rate "
                   f"(first to last Search) {r['cpu_ms_per_question_full_rate']:.2f} ms/question")
             top = ", ".join(f"{k} {v:.1f}" for k, v in list(r["cpu_by_process"].items())[:14])

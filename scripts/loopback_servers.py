@@ -60,6 +60,11 @@ class Counters:
         self.calls: list[list] = []  # [arrival, done, kind, tag] (model server with --tag-regex)
         self.arrivals: dict[str, list[float]] = {}  # kind -> arrival times (time.monotonic), in order
         self.late: dict[str, list[float]] = {}  # kind -> per request, ms its hold overran the set latency
+        self.serving = 0  # requests being held now (service started, not yet answered)
+        self.served_first: float | None = None  # the first service start (time.monotonic)
+        self.served_last: float | None = None  # the last service end
+        self.idle_s = 0.0  # time with nothing held between the first service start and the last end
+        self.gaps: list[tuple] = []  # (start, seconds, the next request's kind, its number) of each idle gap, in order
 
     def arrive(self, kind: str) -> None:
         now = time.monotonic()
@@ -93,6 +98,23 @@ class Counters:
         """
         self.late.setdefault(kind, []).append(max(0.0, held_s - delay_s) * 1000)
 
+    def serve_start(self, kind: str) -> None:
+        """A ``kind`` request's service starts (its hold begins): ends an idle gap when nothing else was held."""
+        now = time.monotonic()
+        if self.serving == 0:
+            if self.served_last is not None:
+                self.idle_s += now - self.served_last
+                self.gaps.append((self.served_last, now - self.served_last, kind, self.n.get(kind, 0)))
+            if self.served_first is None:
+                self.served_first = now
+        self.serving += 1
+
+    def serve_end(self) -> None:
+        """A request's service ends (its reply goes out): starts an idle gap when nothing else is held."""
+        self.serving -= 1
+        if self.serving == 0:
+            self.served_last = time.monotonic()
+
     def lateness(self) -> dict[str, dict[str, float]]:
         """Per kind, the hold overrun in ms: mean, p50 and p95 (:meth:`held`)."""
         out = {}
@@ -120,6 +142,10 @@ class Counters:
                 "over_capacity": self.over_capacity, "pid": os.getpid(), "timeline": self.timeline,
                 "max_in_flight_by_kind": self.max_in_flight_by_kind, "calls": self.calls,
                 "late_ms": self.lateness(),
+                "late_total_s": sum(sum(v) for v in self.late.values()) / 1000,
+                # service span and its idle gaps: span = busy + idle (a one-at-a-time server's waiting for work)
+                "served_first": self.served_first, "served_last": self.served_last, "idle_s": self.idle_s,
+                "gaps": self.gaps,
                 # the first two arrivals of each kind: a run's pre-flight probe, then its first request
                 "first_two": {kind: times[:2] for kind, times in self.arrivals.items()}}
 
@@ -157,9 +183,11 @@ def participant_app(latency_s: float, add_latency_s: float, capacity: int, memor
         counters.enter(kind, capacity)
         try:
             async with gate:
+                counters.serve_start(kind)
                 t0 = time.monotonic()
                 await asyncio.sleep(delay)
                 counters.held(kind, time.monotonic() - t0, delay)
+                counters.serve_end()
         finally:
             counters.leave(kind)
         return raw
@@ -242,6 +270,7 @@ class LeanParticipant:
 
     def _hold(self, conn: "_Connection", kind: str, reply: dict[str, Any]) -> None:
         self.active += 1
+        self.counters.serve_start(kind)
         delay = self.delays[kind]
         asyncio.get_running_loop().call_later(delay, self._release, conn, kind, reply, time.monotonic(), delay)
 
@@ -249,6 +278,7 @@ class LeanParticipant:
         self.counters.held(kind, time.monotonic() - t0, delay)
         self.counters.leave(kind)
         self.active -= 1
+        self.counters.serve_end()
         conn.reply(200, reply)
         if self.waiting:
             self._hold(*self.waiting.popleft())

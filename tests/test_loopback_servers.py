@@ -27,6 +27,26 @@ def test_counters_report_the_hold_overrun_per_kind():
     assert counters.lateness() == {}
 
 
+def test_counters_account_the_idle_gaps_between_services(monkeypatch):
+    """Idle time is counted only while nothing is held: overlapping services leave no gap, and each gap names
+    the request that ended it (the wall-time parts of scripts/bench_serial.py)."""
+    clock = iter([1.0, 1.3, 1.5, 1.6, 1.9, 2.0, 2.2])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    counters = Counters()
+    counters.arrive("add")  # 1.0 (arrival time)
+    counters.serve_start("add")  # 1.3: the first service, no gap before it
+    counters.serve_end()  # 1.5
+    counters.arrive("search")  # 1.6
+    counters.serve_start("search")  # 1.9: a gap of 0.4 s before search 1
+    counters.serve_start("search")  # 2.0: another held at once, no gap
+    counters.serve_end()  # (no clock read: one is still held)
+    counters.serve_end()  # 2.2
+    snap = counters.snapshot()
+    assert snap["served_first"] == 1.3 and snap["served_last"] == 2.2
+    assert abs(snap["idle_s"] - 0.4) < 1e-9
+    assert [(round(a, 6), round(g, 6), kind, n) for a, g, kind, n in snap["gaps"]] == [(1.5, 0.4, "search", 1)]
+
+
 def test_participant_server_reports_lateness_of_served_searches():
     with ServerProcess("participant", "--latency-ms", "5") as server:
         body = json.dumps({"query": "q", "user_id": "u", "top_k": 3}).encode()
