@@ -202,16 +202,22 @@ from aml_ray.datasets.cli import datasets_app; app.add_typer(datasets_app, name=
 
 def main() -> None:
     """The ``aml-ray`` command (pyproject's script): :data:`app`, then
-    :func:`aml_ray.run.ray_runtime.exit_process` with its exit code (a fast exit after a run that started and
-    stopped its own Ray)."""
+    :func:`aml_ray.run.ray_runtime.exit_process` with its exit code: a fast exit after a run that started its
+    own Ray, which ``aml-ray run`` leaves up for the exit to stop (:func:`~aml_ray.run.ray_runtime.exit_after_command`).
+    An exception that escapes the command is printed (``sys.excepthook``) and ends it with status 1 (130 for
+    Ctrl-C), through the same exit."""
     from aml_ray import interrupts
-    from aml_ray.run.ray_runtime import exit_process
+    from aml_ray.run.ray_runtime import exit_after_command, exit_process
 
     interrupts.install()  # Ctrl-C never lands inside logging, where it left a lock held (CI hang)
+    exit_after_command()  # a run may leave its own cluster for exit_process to stop
     try:
         app()
     except SystemExit as exc:
         exit_process(exc.code)
+    except BaseException:  # never the interpreter's teardown with a cluster of this process's own still up
+        sys.excepthook(*sys.exc_info())
+        exit_process(130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1)
     exit_process(0)
 
 

@@ -264,6 +264,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     """
     from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
     from aml_ray.run.preflight import start_preflight
+    from aml_ray.run.ray_runtime import leave_cluster_to_exit
 
     opts.out.mkdir(parents=True, exist_ok=True)
     with open_participant(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.out,
@@ -307,7 +308,9 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                             progress.update(tasks[stage], completed=done)
 
             try:
-                result = evaluate(cfg, on_progress=on_progress, num_cpus=opts.num_cpus, preflight=preflight)
+                # the command ends right after: its cluster is stopped by the exit (ray_runtime.exit_process)
+                result = evaluate(cfg, on_progress=on_progress, num_cpus=opts.num_cpus, preflight=preflight,
+                                  leave_cluster=leave_cluster_to_exit())
             except StageFailed as exc:
                 progress.stop()
                 fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "

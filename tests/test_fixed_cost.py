@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -362,6 +365,50 @@ def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_
     raylet = int(out.stdout.split()[0])
     assert out.stdout == f"{raylet} "  # no teardown: the atexit handler did not run
     assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE
+
+
+def _cluster_processes(ray_tmpdir: str) -> list[tuple[int, str]]:
+    """The processes whose environment names ``ray_tmpdir`` (a cluster's raylet, GCS, agents and workers
+    inherit the driver's ``RAY_TMPDIR``), zombies left out: ``[(pid, name), ...]``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("RAY_TMPDIR") == ray_tmpdir and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append((proc.pid, proc.name()))
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_aml_ray_run_leaves_its_cluster_to_the_exit_which_stops_it_without_waiting(tmp_path, locomo_file):
+    """Issue 29, the run's tail: ``aml-ray run`` waited for ``ray.shutdown()`` of its own cluster before it
+    exited (0.06-0.14 s or 0.30-0.34 s, most of it the raylet's graceful stop on SIGTERM, after the scoring;
+    docs/ray-notes.md). The run now leaves the cluster to the command's exit, which stops it at once
+    (:func:`aml_ray.run.ray_runtime.stop_cluster_at_exit`): the raylet never gets a SIGTERM, and no process
+    of the cluster outlives the command (Ray's agents, which outlive a raylet killed alone, included);
+    the run's status, results and exit code are as before."""
+    from scripts.loopback_servers import ServerProcess
+
+    ray_tmp = tempfile.mkdtemp(prefix="amlx-", dir="/tmp")  # short: Ray's socket paths live under it
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_TMPDIR": ray_tmp}
+    with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "5", "--capacity", "64") as server:
+        out = subprocess.run([str(Path(sys.executable).parent / "aml-ray"), "run", "--num-cpus", "2",
+                              "--participant", server.base_url, "--data", str(locomo_file), "--limit-samples", "1",
+                              "--out", str(tmp_path / "run")],
+                             capture_output=True, text=True, timeout=180, env=env)
+    left = _cluster_processes(ray_tmp)
+    deadline = time.monotonic() + 5  # the kernel kills the raylet and the GCS as the command ends
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _cluster_processes(ray_tmp)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "completed" and "ray_shutdown_s" not in info["timings"]
+    assert "samples 1, chunks 28" in out.stdout
+    assert left == []
+    raylet_log = next(Path(ray_tmp).glob("session_2*/logs/raylet.out")).read_text()
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert "Raylet of id" in raylet_log and "received SIGTERM" not in raylet_log
 
 
 _WARM_CODE = """

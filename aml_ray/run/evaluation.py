@@ -263,7 +263,8 @@ def _media_limits(track: str, cfg: EvaluationConfig):
 
 
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
-             num_cpus: int | None = None, preflight: StartedPreflight | None = None) -> EvaluationResult:
+             num_cpus: int | None = None, preflight: StartedPreflight | None = None,
+             leave_cluster: bool = False) -> EvaluationResult:
     """Run one evaluation, or resume one.
 
     Resume (``cfg.resume``): the run keeps its run_id, so every request_id and body is the same; questions
@@ -278,6 +279,11 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         preflight: the run's pre-flight, already started by the caller
             (:func:`aml_ray.run.preflight.start_preflight` with ``cfg.run_id`` and the dataset's name: the
             command line starts it before its heavy imports); None: started here, beside the Ray start.
+        leave_cluster: a local cluster this run starts is left up after a run that did not fail, for the
+            process's exit to stop (:func:`aml_ray.run.ray_runtime.exit_process`, which kills it without
+            waiting for Ray's graceful shutdown); only for a caller that ends its process right after
+            (``aml-ray run``: :func:`aml_ray.run.ray_runtime.leave_cluster_to_exit`). run.json then has no
+            ``ray_shutdown_s``. A run that fails still shuts its cluster down before its error goes up.
 
     Returns:
         The :class:`EvaluationResult`.
@@ -304,14 +310,16 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     try:
-        return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight)
+        return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight,
+                         leave_cluster=leave_cluster)
     except KeyboardInterrupt:
         mark_interrupted(RunDir(cfg.out_dir), cfg.run_id, wall_s=round(time.time() - command_t0, 3))
         raise
 
 
 def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
-              num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None) -> EvaluationResult:
+              num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None,
+              leave_cluster: bool = False) -> EvaluationResult:
     """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`)."""
     timings: dict[str, float] = {}
     # the first Adds go from here while Ray and the pipeline's actors start (aml_ray.run.head_start)
@@ -359,7 +367,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         stopping = None
         if started_ray and sys.exc_info()[0] is not None:  # the run stopped: Ray is down before the error goes up
             _shutdown_timed(timings)
-        elif started_ray:
+        elif started_ray and not leave_cluster:
             stopping = _shutdown_beside(timings)
     try:
         return _score(cfg, questions, timings=timings, pipeline_report=pipeline_report, head=head, spec=spec,

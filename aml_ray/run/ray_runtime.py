@@ -42,6 +42,8 @@ RAY_NATIVE_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [TDIW
 
 #: This process started a local cluster with :func:`init_ray` (:func:`exit_process`).
 _started_here = False
+#: This process ends with :func:`exit_process` once its command returns (:func:`exit_after_command`).
+_exit_after_command = False
 #: None: no :func:`set_verbose` call (library defaults); False: quiet console; True: Ray's defaults.
 _verbose: bool | None = None
 _native_stderr_filtered = False
@@ -139,28 +141,30 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
 
 def exit_process(code: int | str | None = 0) -> NoReturn:
     """End this process with ``code`` (as ``sys.exit`` takes it), without the interpreter's teardown when this
-    process started a local Ray cluster and has shut it down again (issue 29, the fixed cost).
+    process started a local Ray cluster (issue 29, the fixed cost).
 
     After ``ray.shutdown()``, finalising the interpreter takes 0.44-0.52 s more in a process that imported
     Ray (native code, no Python frame: measured with a script that only starts and stops Ray, against 4 ms
     without Ray; docs/benchmarks.md), time the command's caller waits for. So such a process flushes its
     standard streams and leaves with ``os._exit``: atexit handlers do not run, and nothing of aml-ray's is
     pending then (run.json, results and evidence are written atomically and closed; the reference system's
-    process ends with its parent). A process whose own Ray is still up (a Ctrl-C inside its shutdown) shuts
-    it down first and leaves the same way: the teardown with Ray's core worker alive crashed (SIGSEGV).
-    Any other process (a cluster joined, no Ray) exits with ``sys.exit``, which runs the usual teardown
-    (Ray's own atexit shutdown included).
+    process ends with its parent).
+
+    A cluster of its own that is still up (a run that left it to the exit, :func:`leave_cluster_to_exit`; a
+    Ctrl-C inside the run's own shutdown) is stopped at once by :func:`stop_cluster_at_exit` rather than by
+    ``ray.shutdown()`` (0.06-0.14 s or 0.30-0.34 s, waiting for the raylet's graceful stop: docs/ray-notes.md);
+    where that cannot be done, it is shut down first. Never through the teardown: with Ray's core worker
+    alive it crashed (SIGSEGV in ``TaskManager::RecordMetrics`` under ``CoreWorkerProcess::HandleAtExit``,
+    exit -11 instead of 130, 1 run in 4-8 of tests/test_interrupt.py). Any other process (a cluster
+    joined, no Ray) exits with ``sys.exit``, which runs the usual teardown (Ray's own atexit shutdown
+    included).
     """
     if isinstance(code, str):  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
         code = 1
     code = 0 if code is None else int(code)
     ray = sys.modules.get("ray")
-    if _started_here and ray is not None and ray.is_initialized():
-        # Still up: a Ctrl-C landed inside the run's own ray.shutdown(). The interpreter's teardown would
-        # then destroy Ray's core worker while its I/O thread still runs (a core file of `aml-ray run`
-        # after Ctrl-C: SIGSEGV in TaskManager::RecordMetrics under CoreWorkerProcess::HandleAtExit, exit
-        # -11 instead of 130, 1 run in 4-8 of tests/test_interrupt.py): shut it down again and leave below.
+    if _started_here and ray is not None and ray.is_initialized() and not stop_cluster_at_exit():
         try:
             shutdown_ray()
         except BaseException:  # noqa: BLE001 - another Ctrl-C: leave anyway, without the teardown
@@ -173,6 +177,65 @@ def exit_process(code: int | str | None = 0) -> NoReturn:
                 pass
         os._exit(code)
     sys.exit(code)
+
+
+def leave_cluster_to_exit() -> bool:
+    """Whether a run may leave the local cluster it started up for this process's exit to stop
+    (:func:`exit_process`): only in the ``aml-ray`` command, which ends with it (:func:`exit_after_command`).
+
+    ``aml_ray.run.evaluation.evaluate`` then skips its ``ray.shutdown()`` after a run that did not fail; in
+    tests, the service and library calls (no :func:`exit_after_command`) it always shuts its cluster down.
+    """
+    return _exit_after_command
+
+
+def exit_after_command() -> None:
+    """Declare that this process ends with :func:`exit_process` once its command returns (``aml_ray.cli.main``)."""
+    global _exit_after_command
+    _exit_after_command = True
+
+
+def stop_cluster_at_exit() -> bool:
+    """Stop the local cluster this process started, at once, for a process about to leave with ``os._exit``.
+
+    The raylet is stopped (SIGSTOP) and every process under it, workers and Ray's agents, is killed
+    (SIGKILL); the raylet and the GCS, started with the kernel's fate sharing (``PR_SET_PDEATHSIG``,
+    Ray's ``Node.kernel_fate_share``), are killed by the kernel when this process ends. Stopped first, the
+    raylet cannot notice its workers' or agents' deaths and exit while this process still runs: a raylet
+    that died under a live driver made the driver's core worker end the process itself about 1 s later,
+    with status 1 (measured: docs/ray-notes.md). Nothing is waited for; spilled objects are deleted as
+    ``ray.shutdown()`` deletes them (``Node.destroy_external_storage``). The agents must be killed: left
+    alone, they outlive the raylet with parent 1 (seen 9 s after the driver's exit).
+
+    The caller must leave with ``os._exit`` right after, and use no Ray call in between.
+
+    Returns:
+        True when it stopped the cluster; False when it did nothing (no cluster of this process's own is
+        up, it has no raylet here, or its processes do not share the driver's fate): shut it down then.
+    """
+    import signal
+
+    ray = sys.modules.get("ray")
+    if not _started_here or ray is None or not ray.is_initialized():
+        return False
+    node = getattr(ray._private.worker, "_global_node", None)
+    raylet = _own_raylet_pid()
+    if node is None or raylet is None or not getattr(node, "kernel_fate_share", False):
+        return False
+    import psutil
+
+    try:
+        raylet_proc = psutil.Process(raylet)
+        os.kill(raylet, signal.SIGSTOP)
+        under = raylet_proc.children(recursive=True)
+    except (psutil.Error, OSError):
+        return False
+    with contextlib.suppress(Exception):
+        node.destroy_external_storage()
+    for proc in under:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return True
 
 
 #: The head node's processes a private cluster does without (:func:`_private_head`).
