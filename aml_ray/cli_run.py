@@ -264,6 +264,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     """
     from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
     from aml_ray.run.preflight import start_preflight
+    from aml_ray.run.provenance import start_code_provenance
     from aml_ray.run.ray_runtime import leave_cluster_to_exit
 
     opts.out.mkdir(parents=True, exist_ok=True)
@@ -272,6 +273,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
         # every option and the dataset are checked (execute): the pre-flight's round trips go beside the
         # evaluation's imports below, about 0.4 s of CPU (issue 29, the fixed cost)
         preflight = start_preflight(spec, run_id=opts.run_id, dataset=declared.name, top_k=opts.top_k)
+        start_code_provenance()  # run.json's git commit and code hash, off the path to the first Add
         keep_pandas_out_of_pyarrow()  # before the evaluation's imports: its tables are built without pandas
         from aml_ray.datasets.fetch import DatasetError
         from aml_ray.run.evaluation import EvaluationConfig, evaluate

@@ -367,6 +367,40 @@ def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_
     assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE
 
 
+def test_aml_ray_run_computes_the_code_provenance_beside_the_preflight(tmp_path, locomo_file):
+    """Issue 29, the path to the first Add: run.json's git commit (a ``git rev-parse`` child) and pipeline
+    code hash were computed in the run's preparation, which the first Add waits for (0.08-0.13 s in traced
+    runs while Ray started beside it). ``aml-ray run`` now starts them in a thread of their own right after
+    the pre-flight (:mod:`aml_ray.run.provenance`), and run.json still records them. In a process of its
+    own; Ray's start is replaced, and the participant's routes answer 404, so the pre-flight stops the run
+    (exit 1) once run.json is written."""
+    from aml_ray.run.provenance import git_commit, pipeline_code_hash
+    from scripts.loopback_servers import ServerProcess
+
+    code = ("import json, subprocess, sys, threading\n"
+            "import aml_ray.run.evaluation as evaluation\n"
+            "evaluation.init_ray = lambda **kw: False\n"
+            "run, threads = subprocess.run, []\n"
+            "def watched(args, *a, **kw):\n"
+            "    if list(args[:1]) == ['git']:\n"
+            "        threads.append(threading.current_thread().name)\n"
+            "    return run(args, *a, **kw)\n"
+            "subprocess.run = watched\n"
+            "from aml_ray.cli import app\n"
+            "try:\n"
+            "    app(['run', '--data', sys.argv[1], '--limit-samples', '1', '--out', sys.argv[2],\n"
+            "         '--participant', sys.argv[3]])\n"
+            "except SystemExit as exc:\n"
+            "    print(json.dumps([exc.code, threads]))\n")
+    with ServerProcess("participant", "--latency-ms", "1") as server:
+        out = subprocess.run([sys.executable, "-c", code, str(locomo_file), str(tmp_path / "run"),
+                              f"{server.base_url}/no-such-route"], capture_output=True, text=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, ["aml-ray-provenance"]], out.stderr[-2000:]
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["status"] == "failed" and info["error"].startswith("pre-flight add failed")
+    assert info["git_commit"] == git_commit() and info["pipeline_code_sha256"] == pipeline_code_hash()
+
+
 def _cluster_processes(ray_tmpdir: str) -> list[tuple[int, str]]:
     """The processes whose environment names ``ray_tmpdir`` (a cluster's raylet, GCS, agents and workers
     inherit the driver's ``RAY_TMPDIR``), zombies left out: ``[(pid, name), ...]``."""

@@ -6,13 +6,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +21,6 @@ from typing import Any
 
 import polars as pl
 
-import aml_ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
 from aml_ray.datasets.registry import get_dataset
@@ -36,6 +32,7 @@ from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
 from aml_ray.run.outcome import run_outcome
 from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
+from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray import interrupts
@@ -128,26 +125,6 @@ class EvaluationResult:
         """Every question evidence row with every column, read from ``run_dir`` at each access (not kept:
         a large run's memories, answers and judge texts stay on disk until asked for)."""
         return read_questions(self.run_dir)
-
-
-def _git_commit() -> str | None:
-    root = Path(aml_ray.__file__).resolve().parents[1]
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=True)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def pipeline_code_hash() -> str:
-    """sha256 over the package's Python sources (path + bytes, sorted): the "pipeline code hash"."""
-    root = Path(aml_ray.__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
 
 
 def retries_by_status(statuses: pl.Series) -> dict[str, int]:
@@ -598,8 +575,7 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
         "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
         "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
         **({"media": media.model_dump(mode="json")} if media else {}),
-        "package_version": aml_ray.__version__, "git_commit": _git_commit(),
-        "pipeline_code_sha256": pipeline_code_hash(), "python": platform.python_version(),
+        **code_provenance(),  # started by the command line beside the pre-flight (aml_ray.run.provenance)
     }
     if previous is not None:
         check_resumable(previous, info)

@@ -153,7 +153,7 @@ def coding_facts(run_info: dict[str, Any], *, bench_path: Path, limit: int | Non
         run_info: the run's run.json.
         bench_path: the task file the run read.
         limit: the run's task limit.
-        pipeline_code_sha256: :func:`aml_ray.run.evaluation.pipeline_code_hash` when the job ran.
+        pipeline_code_sha256: :func:`aml_ray.run.provenance.pipeline_code_hash` when the job ran.
     """
     answer = run_info["models"]["answer"]
     return {"run_id": run_info["run_id"], "suite": SUITE, "offline_models": bool(answer.get("offline")),
@@ -172,7 +172,7 @@ def coding_baseline(settings: ServiceSettings, bench_path: Path) -> dict[str, An
     conditions, pipeline hash and the deployment's task file (hash, tasks at ``full_limit_samples``)."""
     from aml_ray.coding.agent import AGENT_PROMPT, AGENT_SYSTEM_PROMPT
     from aml_ray.prompts import load_prompt
-    from aml_ray.run.evaluation import pipeline_code_hash
+    from aml_ray.run.provenance import pipeline_code_hash
 
     return {"suite": SUITE, "answer_model": LOCKED_AGENT_MODEL, "top_k": TOP_K, "conditions": list(CONDITIONS),
             "prompts": {p.name: p.sha256 for p in (load_prompt(AGENT_PROMPT), load_prompt(AGENT_SYSTEM_PROMPT))},

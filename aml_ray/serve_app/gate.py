@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from aml_ray.config import cache_dir
 from aml_ray.datasets.registry import get_dataset
-from aml_ray.run.evaluation import pipeline_code_hash
+from aml_ray.run.provenance import pipeline_code_hash
 from aml_ray.prompts import load_prompt
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.store.models import Job, PublicSubmission, Review

@@ -215,7 +215,7 @@ class JobWorker:
         """Run a Coding job (:mod:`aml_ray.serve_app.coding_jobs`); a host whose sandbox cannot isolate the
         tests fails the job with the sandbox's reason (never a run with less isolation)."""
         from aml_ray.coding.sandbox import SandboxUnavailable
-        from aml_ray.run.evaluation import pipeline_code_hash
+        from aml_ray.run.provenance import pipeline_code_hash
         from aml_ray.serve_app import coding_jobs
 
         settings = self.service.settings
