@@ -3,6 +3,7 @@ hot-path actors tune the garbage collector and turn transparent huge pages off (
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -209,3 +210,33 @@ def test_a_crash_after_ray_shutdown_still_prints_every_threads_stack():
                          env={**env, "PYTHONFAULTHANDLER": "1"})
     assert out.returncode == -11
     assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 6 in <module>' in out.stderr, out.stderr
+
+
+_REGISTRATION_CODE = """
+import json, psutil, ray
+from aml_ray.run.ray_runtime import _own_raylet_pid, init_ray
+init_ray(num_cpus=2, private=True)
+under = []
+for proc in psutil.Process(_own_raylet_pid()).children(recursive=True):
+    try:
+        under.append(" ".join(proc.cmdline()).split()[0][:100])  # a Ray process's title: ray::DashboardAgent
+    except psutil.Error:
+        pass
+print(json.dumps(under))
+ray.shutdown()
+"""
+
+
+def test_a_private_cluster_starts_no_worker_at_the_drivers_registration():
+    """Issue 29: the raylet answered the driver's registration only after starting its first workers, and
+    the driver waited for that answer inside ``ray._raylet.CoreWorker``'s constructor holding the GIL: every
+    other thread of ``aml-ray run`` (the head start's Adds) stood still 0.49-0.51 s at the end of
+    ``ray.init`` (docs/ray-notes.md). A private cluster now starts no worker then
+    (``prestart_worker_first_driver``): once ``init_ray`` returns, the raylet runs its two agents and no
+    worker; the first actors' workers start when they are created."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", _REGISTRATION_CODE], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    under = json.loads(out.stdout.strip().splitlines()[-1])
+    assert sorted(under) == ["ray::DashboardAgent", "ray::RuntimeEnvAgent"], under

@@ -246,7 +246,14 @@ PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
 #: private cluster does not run) and no metrics (every worker's and raylet's, exported through the
 #: DashboardAgent, for the dashboard and Prometheus). On 2 cores against a one-at-a-time participant,
 #: aml-ray's CPU at full rate went from 4.59 to 2.49-2.83 ms a question with both off (docs/benchmarks.md).
-PRIVATE_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0, "enable_metrics_collection": False}
+#: And no workers started at the driver's registration (``prestart_worker_first_driver``): the raylet
+#: answers that registration only after starting them, and the driver waits for the answer inside
+#: ``ray._raylet.CoreWorker``'s constructor holding the GIL, so every other thread of the driver (the head
+#: start's Adds, the pre-flight) stood still 0.49-0.51 s at the end of ``ray.init``; without them ``ray.init``
+#: took 1.43-1.48 s instead of 1.92-1.95 s with no such stall, and two actors were ready as soon (2.26-2.38 s
+#: against 2.28-2.35 s from the start): their workers start when they are created (docs/ray-notes.md).
+PRIVATE_SYSTEM_CONFIG = {"task_events_report_interval_ms": 0, "enable_metrics_collection": False,
+                         "prestart_worker_first_driver": False}
 
 
 @contextmanager
