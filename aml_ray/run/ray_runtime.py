@@ -164,9 +164,10 @@ def exit_process(code: int | str | None = 0) -> NoReturn:
         code = 1
     code = 0 if code is None else int(code)
     ray = sys.modules.get("ray")
-    if _started_here and ray is not None and ray.is_initialized() and not stop_cluster_at_exit():
+    if _started_here and ray is not None and ray.is_initialized():
         try:
-            shutdown_ray()
+            if not stop_cluster_at_exit():
+                shutdown_ray()
         except BaseException:  # noqa: BLE001 - another Ctrl-C: leave anyway, without the teardown
             pass
     if _started_here and ray is not None:
