@@ -208,7 +208,9 @@ def stop_cluster_at_exit() -> bool:
     ``ray.shutdown()`` deletes them (``Node.destroy_external_storage``). The agents must be killed: left
     alone, they outlive the raylet with parent 1 (seen 9 s after the driver's exit).
 
-    The caller must leave with ``os._exit`` right after, and use no Ray call in between.
+    The caller must leave with ``os._exit`` right after, and use no Ray call in between. The processes it
+    ends are reaped by the system's init (PID 1), not waited for here: in a container whose PID 1 never
+    reaps orphans (``docker run`` without ``--init``), they stay as zombies, which hold no memory.
 
     Returns:
         True when it stopped the cluster; False when it did nothing (no cluster of this process's own is
