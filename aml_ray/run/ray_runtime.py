@@ -200,7 +200,7 @@ def stop_cluster_at_exit() -> bool:
     """Stop the local cluster this process started, at once, for a process about to leave with ``os._exit``.
 
     The raylet is stopped (SIGSTOP) and every process under it, workers and Ray's agents, is killed
-    (SIGKILL); the raylet and the GCS, started with the kernel's fate sharing (``PR_SET_PDEATHSIG``,
+    (SIGKILL), with any worker of it already orphaned (:func:`_raylet_processes`, as :func:`shutdown_ray`); the raylet and the GCS, started with the kernel's fate sharing (``PR_SET_PDEATHSIG``,
     Ray's ``Node.kernel_fate_share``), are killed by the kernel when this process ends. Stopped first, the
     raylet cannot notice its workers' or agents' deaths and exit while this process still runs: a raylet
     that died under a live driver made the driver's core worker end the process itself about 1 s later,
@@ -230,12 +230,17 @@ def stop_cluster_at_exit() -> bool:
     try:
         raylet_proc = psutil.Process(raylet)
         os.kill(raylet, signal.SIGSTOP)
-        under = raylet_proc.children(recursive=True)
     except (psutil.Error, OSError):
+        return False
+    try:  # its children (workers, agents), and workers of it already orphaned (:func:`_raylet_processes`)
+        under = {p.pid: p for p in (*raylet_proc.children(recursive=True), *_raylet_processes(raylet))}
+    except (psutil.Error, OSError):
+        with contextlib.suppress(OSError):
+            os.kill(raylet, signal.SIGCONT)  # the caller's ray.shutdown() then stops it as usual
         return False
     with contextlib.suppress(Exception):
         node.destroy_external_storage()
-    for proc in under:
+    for proc in under.values():
         with contextlib.suppress(psutil.Error):
             proc.kill()
     return True
