@@ -271,14 +271,14 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     with open_participant(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.out,
                           opts.max_in_flight, opts.rps, multimodal=declared.track == "multimodal") as (label, spec):
         # every option and the dataset are checked (execute): the pre-flight's round trips go beside the
-        # evaluation's imports below, about 0.4 s of CPU (issue 29, the fixed cost)
+        # evaluation's imports below and the run's preparation (issue 29, the fixed cost)
         preflight = start_preflight(spec, run_id=opts.run_id, dataset=declared.name, top_k=opts.top_k)
         start_code_provenance()  # run.json's git commit and code hash, off the path to the first Add
         keep_pandas_out_of_pyarrow()  # before the evaluation's imports: its tables are built without pandas
         from aml_ray.datasets.fetch import DatasetError
         from aml_ray.run.evaluation import EvaluationConfig, evaluate
         from aml_ray.run.evidence import EvidenceError
-        from aml_ray.run.pipeline import StageFailed
+        from aml_ray.run.outcome import StageFailed
 
         cfg = EvaluationConfig(
             dataset=opts.dataset, participant=spec, answer=answer, judge=judge, out_dir=opts.out, data_path=opts.data,

@@ -233,3 +233,44 @@ def test_a_participant_that_keeps_up_keeps_its_limit_when_the_client_machine_is_
         limit.record("search", 12.0 if i % 50 == 0 else jittered)
         seen.append(limit.allowed())
     assert min(seen[-1000:]) == 16, (min(seen[-1000:]), limit.describe()["trajectory"][-5:])
+
+
+def test_a_seeded_endpoint_needs_no_probe_of_its_own_and_counts_no_reply():
+    """The pre-flight's lone latencies seed the limit (AdaptiveLimit.seed): each seeded endpoint is past its
+    probe, the limit is where it was, and the seed is no reply of the limit's (no window, no decision)."""
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
+    limit = AdaptiveLimit(8, initial=2)
+    limit.seed("add", 300.0)
+    assert not limit.wants_probe("add") and limit.wants_probe("search")
+    assert limit.describe() | {"trajectory": None} == {
+        "adaptive": True, "declared": 8, "min": 2, "max": 2, "final": 2, "decisions": 0, "replies": 0,
+        "trajectory": None}
+    # the seed is the endpoint's unloaded latency: four replies at twice it read as queueing, and the limit falls
+    for _ in range(4):
+        limit.record("add", 600.0)
+    assert limit.allowed() == 1 and limit.describe()["decisions"] == 1
+
+
+async def test_a_client_seeded_with_the_preflights_latencies_starts_at_two_in_flight():
+    """The head start's client (aml_ray.run.head_start) gets the pre-flight probe's lone latencies: its first two
+    Adds go at once, so a stall of the driver (the Ray start's imports hold the interpreter for tens of
+    milliseconds) finds the next Add already at the participant. Unseeded, the first Add goes alone (the
+    endpoint's probe) and the limit starts at 1: one Add at a time at the server."""
+    def adds(client: ParticipantClient):
+        return [client.add(AddRequest(user_id=f"u{i}", session_id="s1", request_id=f"u{i}:chunk-0",
+                                      messages=[Message(role="user", content=f"hello {i}")])) for i in range(2)]
+
+    peaks = {}
+    with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "150", "--capacity", "64") as server:
+        for seeded in (False, True):
+            server.reset()
+            spec = _spec(server, 64)
+            client = ParticipantClient(spec, lone_latencies={spec.add_url: 150.0} if seeded else None)
+            try:
+                outs = await asyncio.gather(*adds(client))
+            finally:
+                await client.aclose()
+            assert [o["status"] for o in outs] == ["ok", "ok"]
+            peaks[seeded] = server.stats()["max_in_flight"]
+    assert peaks == {False: 1, True: 2}

@@ -140,6 +140,11 @@ def test_preflight_names_a_contract_field_and_passes_a_good_participant():
         report = preflight(good.spec(), run_id="r3", dataset="locomo")
     assert list(report.steps) == ["health", "add", "search"]
     assert all(s["ok"] for s in report.steps.values()) and report.user_id == "eval:r3:locomo:preflight"
+    # each probe step went alone: its latency seeds the head start's client (issue 29); health is no Add/Search
+    spec = good.spec()
+    assert report.lone_latencies() == {spec.add_url: report.steps["add"]["latency_ms"],
+                                       spec.search_url: report.steps["search"]["latency_ms"]}
+    assert all(v > 0 for v in report.lone_latencies().values())
 
 
 # --- runs through Ray ---------------------------------------------------------------------------------------------

@@ -80,10 +80,10 @@ def test_run_json_says_what_its_wall_time_and_latencies_cover(two_sample_run):
     assert "process start" in info["wall_covers"] and "Ray start" in info["wall_covers"]
     t = info["timings"]
     assert set(t) == {"before_ray_s", "ray_start_s", "prepare_s", "pipeline_s", "scoring_s"}  # Ray was running: no shutdown
-    # prepare_s (dataset, inputs, pre-flight) runs beside ray_start_s (issue 29), so the two overlap
-    assert info["wall_s"] >= (t["before_ray_s"] + max(t["ray_start_s"], t["prepare_s"]) + t["pipeline_s"]
-                              + t["scoring_s"] - 0.01)
-    assert t["prepare_s"] >= info["preflight"]["wall_s"] > 0
+    # prepare_s (dataset, inputs, run.json) comes before the Ray start, within before_ray_s; the pre-flight's
+    # round trips go on beside both (issue 29)
+    assert info["wall_s"] >= t["before_ray_s"] + t["ray_start_s"] + t["pipeline_s"] + t["scoring_s"] - 0.01
+    assert t["before_ray_s"] >= t["prepare_s"] > 0 and info["preflight"]["wall_s"] > 0
     scored = read_questions(run_dir).filter(pl.col("search_status") == "ok")
     adds = read_adds(run_dir)
     assert scored["search_queue_ms"].null_count() == 0 and (scored["search_queue_ms"] >= 0).all()

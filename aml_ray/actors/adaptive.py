@@ -147,6 +147,20 @@ class AdaptiveLimit:
         baseline = self._baselines.get(key)
         return baseline is None or not baseline.alone
 
+    def seed(self, key: Hashable, latency_ms: float) -> None:
+        """Take ``latency_ms`` as a lone reply of endpoint ``key`` measured before this limit's first request
+        (the run's pre-flight probe, sent with nothing else in flight: :mod:`aml_ray.run.preflight`).
+
+        It joins the endpoint's baseline, so the endpoint needs no probe of its own (:meth:`wants_probe`);
+        it is not one of this limit's replies (no window, no decision, not in :meth:`describe`).
+        """
+        if not self.enabled:
+            return
+        baseline = self._baselines.get(key)
+        if baseline is None:
+            baseline = self._baselines[key] = _Baseline(self._baseline_samples)
+        baseline.add(max(latency_ms, 1e-3), alone=True)
+
     def record(self, key: Hashable, latency_ms: float, alone: bool = False) -> None:
         """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
 

@@ -173,6 +173,11 @@ class ParticipantClient:
         spec: endpoints, auth, capacity and retry policy.
         undo_niceness: run this process at nice 0 (:func:`aml_ray.run.ray_runtime.undo_worker_niceness`);
             set by :func:`spawn_participant_client` for the Ray actor, never for a local client.
+        lone_latencies: endpoint URL -> its latency in ms, measured with nothing else in flight before this
+            client's first request (the run's pre-flight probe, :meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`):
+            each endpoint sends no probe of its own (:meth:`AdaptiveLimit.seed`), and the limit starts at
+            2, the step slow start takes after its first window at 1 (which measures just these latencies).
+            None: the limit starts at 1 and each endpoint's first request goes alone.
 
     Each method returns an outcome dict for evidence; a :class:`ContractError` or
     :class:`ParticipantError` is raised (and stops the stage), carrying the outcome of the request it
@@ -180,7 +185,8 @@ class ParticipantClient:
     transient failure that exhausts its retries gives an outcome with ``status="error"``.
     """
 
-    def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False):
+    def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False,
+                 lone_latencies: dict[str, float] | None = None):
         if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
             undo_worker_niceness()
             tune_actor_process()
@@ -191,7 +197,8 @@ class ParticipantClient:
         self._queue: FairQueue[tuple[URL, bytes, asyncio.Future, float]] | None = None
         self._senders: list[asyncio.Task] = []  # max_in_flight tasks, each sends one attempt at a time
         # how many of the senders may send now (issue 29); senders at or above it wait in _parked
-        self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency)
+        self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency,
+                                   initial=2 if lone_latencies else 1)
         self._parked: dict[int, asyncio.Future] = {}
         # lone replies (AdaptiveLimit.record's ``alone``): requests in flight now, requests sent so far, and
         # the probe out now (an endpoint's first request sent alone: AdaptiveLimit.wants_probe), done when
@@ -204,6 +211,8 @@ class ParticipantClient:
         # endpoint -> its parsed URL: aiohttp parses a str URL on every request (a URL object measured
         # cheaper: docs/benchmarks.md)
         self._targets: dict[str, URL] = {}
+        for url, latency_ms in (lone_latencies or {}).items():  # measured alone before: no probe of their own
+            self.limit.seed(self._target(url), latency_ms)
         self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
 

@@ -2,6 +2,11 @@
 
 :func:`evaluate` is what ``aml-ray run`` calls; it writes ``run.json`` (what ran), the evidence, and
 ``results.json`` / ``results.parquet`` (the score table), and returns an :class:`EvaluationResult`.
+
+Importing this module pulls in only what a run needs before its first Add (the dataset, the inputs,
+run.json, the pre-flight and the head start: pyarrow, no polars). polars, the pipeline and the scoring are
+imported where they are used, and warmed in a thread while Ray starts (:func:`warm_pipeline`): on 2 cores
+they were 0.2 s of CPU between the pre-flight's probe and the run's first Add (issue 29, the fixed cost).
 """
 
 from __future__ import annotations
@@ -10,16 +15,13 @@ import json
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import polars as pl
+from typing import TYPE_CHECKING, Any
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
@@ -29,19 +31,20 @@ from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_a
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.run.inputs import PipelineInputs, build_inputs, read_sample_files
 from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
-from aml_ray.run.outcome import run_outcome
-from aml_ray.run.pipeline import PipelineOptions, StageFailed, run_pipeline
+from aml_ray.run.options import PipelineOptions
+from aml_ray.run.outcome import StageFailed, run_outcome
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray import interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
-from aml_ray.scoring.aggregate import aggregate, latency_summary
-from aml_ray.scoring.retrieval import retrieval_table
 from aml_ray.stages._common import warm_in_background
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle
+
+if TYPE_CHECKING:  # imported where used (the module docstring)
+    import polars as pl
 
 
 @dataclass
@@ -146,6 +149,8 @@ def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
     run 1 is the table's accuracy, later runs are read from ``judge_verdicts``); then their mean and
     sample standard deviation (0 with one run).
     """
+    import polars as pl
+
     from aml_ray.scoring.judge_runs import run_credits
 
     scored = questions.filter(~pl.col("excluded"))
@@ -297,21 +302,50 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
               num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None,
               leave_cluster: bool = False) -> EvaluationResult:
-    """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`)."""
+    """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`).
+
+    Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
+    (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
+    theirs; then the head start, which sends the first Adds as soon as the pre-flight passed
+    (:func:`start_after_preflight`); then Ray, started in this thread while another imports the pipeline
+    (:func:`warm_pipeline`); then the pre-flight's result. The preparation runs alone before the Ray start,
+    not beside it: on 2 cores, sharing the interpreter with ``import ray`` and the pipeline's imports
+    delayed the run's first Add by 0.05-0.3 s after the probe (docs/benchmarks.md).
+    """
     timings: dict[str, float] = {}
+    t_prepare = time.perf_counter()
+    spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info, probed = _prepare(cfg, started=preflight)
+    timings["prepare_s"] = round(time.perf_counter() - t_prepare, 3)
     # the first Adds go from here while Ray and the pipeline's actors start (aml_ray.run.head_start)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
         if (starts_own_cluster() if cfg.head_start is None else cfg.head_start) else None
+    totals = None if on_progress is None else (lambda: on_progress("totals", _progress_totals(cfg, inputs)))
+    if head is not None:
+        def go() -> None:  # the pre-flight passed: the progress bars, then the first Adds
+            if totals is not None:
+                totals()
+            head.start(_with_media(cfg.participant, media), inputs, run_dir,
+                       lone_latencies=probed.result().lone_latencies())
+
+        start_after_preflight(probed, go)
+    warm_in_background(warm_pipeline, "aml-ray-warm-pipeline")
     try:
-        prepared, started_ray = prepare_beside_ray(lambda: _prepare(cfg, head=head, on_progress=on_progress,
-                                                                    started=preflight),
-                                                   num_cpus=num_cpus, timings=timings, command_t0=command_t0)
+        started_ray = _start_ray(num_cpus=num_cpus, timings=timings, command_t0=command_t0)
+        try:
+            info["preflight"] = _preflight_passed(probed, info, run_dir, command_t0=command_t0)
+        except BaseException:
+            if started_ray:
+                shutdown_ray()
+            raise
     except BaseException:
         if head is not None:
             head.stop()
         raise
-    spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info = prepared
+    if totals is not None and head is None:
+        totals()
+    from aml_ray.run.pipeline import run_pipeline  # imported by now (warm_pipeline, beside the Ray start)
+
     warm_in_background(warm_tail, "aml-ray-warm-tail")
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
@@ -403,6 +437,11 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
     ``stopping`` (the Ray shutdown under way, :func:`_shutdown_beside`) is waited for before run.json is
     written, so its time is in the run's ``timings``.
     """
+    import polars as pl
+
+    from aml_ray.scoring.aggregate import aggregate, latency_summary
+    from aml_ray.scoring.retrieval import retrieval_table
+
     # a Ctrl-C held here (polars drops one that lands in its callbacks and fails half way) is raised at the
     # block's end, before run.json says the run ended: it is `interrupted` and can be resumed
     with interrupts.deferred():
@@ -495,18 +534,17 @@ def _with_media(participant: ParticipantSpec, media) -> ParticipantSpec:
     return participant.model_copy(update={"media": media}) if media else participant
 
 
-def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
-             on_progress: Callable[[str, dict[str, int]], None] | None = None,
-             started: StartedPreflight | None = None):
-    """What a run needs before its pipeline: the dataset checked and loaded, inputs, prompts, run.json, pre-flight.
+def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
+    """What a run needs before its pipeline: the dataset checked and loaded, inputs, prompts, run.json, and
+    the pre-flight started (``started``: already under way, from the command line).
 
-    Runs beside the Ray start (:func:`prepare_beside_ray`); raises what :func:`evaluate` documents for these
-    steps (a failed pre-flight as :class:`StageFailed`, run.json written with ``status="failed"`` first).
-    Once the pre-flight passed, the progress totals go to ``on_progress`` and ``head`` (when given) starts
-    sending the first Adds (:mod:`aml_ray.run.head_start`).
+    Raises what :func:`evaluate` documents for these steps; waits for nothing: the pre-flight's result is
+    :func:`_preflight_passed`'s.
 
     Returns:
-        ``(spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info)``.
+        ``(spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info, preflight)``, ``info``
+        as written to run.json (``status`` ``running``), ``preflight`` the
+        :class:`~aml_ray.run.preflight.StartedPreflight`.
     """
     spec = get_dataset(cfg.dataset)
     run_dir = RunDir(cfg.out_dir)
@@ -535,18 +573,18 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
         if cfg.limit_samples < 1:
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
-    # the pre-flight's round trips go beside the inputs, prompts and run.json (its result is awaited below,
-    # before run.json says anything of it): the first Add comes that much sooner (issue 29). The command
-    # line starts it earlier still, before its heavy imports (``started``).
-    t_preflight = time.perf_counter()
+    # the pre-flight's round trips go beside the inputs, prompts, run.json and the Ray start (its result is
+    # awaited after them, before run.json says anything of it): the first Add comes that much sooner
+    # (issue 29). The command line starts it earlier still, before its heavy imports (``started``).
     if started is None:
         started = start_preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k)
     elif (started.run_id, started.dataset) != (cfg.run_id, spec.name):
         raise ValueError(f"preflight: started for run {started.run_id} ({started.dataset}), not for this run "
                          f"{cfg.run_id} ({spec.name}): start it with the run's own run_id and dataset")
-    probed = started
     done: set[str] = set()
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
+        import polars as pl
+
         finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
         done = set(finished["question_id"].to_list())
         del finished
@@ -583,74 +621,72 @@ def _prepare(cfg: EvaluationConfig, *, head: HeadStart | None = None,
         info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         info["resumed_with_done_questions"] = len(done)
     write_json_atomic(info, run_dir.run_json)
-    try:  # beside the Ray start, before any Add: a dead or mis-configured endpoint fails in seconds
-        info["preflight"] = probed.result().describe()
+    return spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info, started
+
+
+def _progress_totals(cfg: EvaluationConfig, inputs: PipelineInputs) -> dict[str, int]:
+    """The progress display's totals per stage (a retrieval-only run answers and judges nothing)."""
+    model_total = 0 if cfg.retrieval_only else inputs.n_scorable
+    return {"add": inputs.n_chunks, "search": inputs.n_scorable, "answer": model_total, "judge": model_total}
+
+
+def start_after_preflight(preflight: StartedPreflight, then: Callable[[], Any]) -> None:
+    """Call ``then`` once ``preflight`` passed, at once when it already has; never when it failed.
+
+    ``then`` runs in the pre-flight's thread (or in this one, when the pre-flight is over): the head start's
+    first Adds go the moment the probe's Search returns, whatever this thread is doing then (the Ray start).
+    An error ``then`` raises is kept out of the pre-flight's thread (the head start's own errors are its
+    ``ended``; the run's pipeline sends its Adds anyway).
+    """
+    def done(future: Future) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return  # the run fails with the pre-flight's error (_preflight_passed)
+        try:
+            then()
+        except Exception:  # noqa: BLE001 - the head start is an optimisation: the pipeline sends every Add
+            pass
+
+    preflight.future.add_done_callback(done)
+
+
+def _start_ray(*, num_cpus: int | None, timings: dict[str, float], command_t0: float) -> bool:
+    """:func:`~aml_ray.run.ray_runtime.init_ray` (a private local cluster when none is running), in the calling
+    thread: ``ray.init`` installs signal handlers and was measured to lose its GCS connection under load when
+    started from another thread (docs/benchmarks.md). Sets ``timings["before_ray_s"]`` (process start to
+    the Ray start) and ``ray_start_s`` (0 when Ray was already running); returns whether it started Ray."""
+    timings["before_ray_s"] = round(time.time() - command_t0, 3)
+    t_ray = time.perf_counter()
+    try:
+        return init_ray(num_cpus=num_cpus, private=True)
+    finally:
+        timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
+
+
+def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir: RunDir, *,
+                      command_t0: float) -> dict[str, Any]:
+    """Wait for the pre-flight; its report for run.json when it passed.
+
+    Raises:
+        StageFailed: it failed (a dead or mis-configured endpoint fails the run in seconds, before any Add
+            of the run, issue 24); run.json (``info``) is written first with ``status="failed"``, the error,
+            the structured failure and the pre-flight's report.
+    """
+    try:
+        return preflight.result().describe()
     except PreflightFailed as exc:
         failure = exc.failure()
         info.update(status="failed", error=str(exc), failure=failure, preflight=exc.report.describe(),
-                    wall_s=round(time.perf_counter() - t_preflight, 3), finished_at=datetime.now(timezone.utc).isoformat())
+                    wall_s=round(time.time() - command_t0, 3), wall_covers=WALL_COVERS,
+                    finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise StageFailed(str(exc), failure=failure) from None
-    if on_progress:
-        model_total = 0 if cfg.retrieval_only else inputs.n_scorable
-        on_progress("totals", {"add": inputs.n_chunks, "search": inputs.n_scorable,
-                               "answer": model_total, "judge": model_total})
-    if head is not None:
-        head.start(_with_media(cfg.participant, media), inputs, run_dir)
-    return spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info
 
 
-def prepare_beside_ray(prepare: Callable[[], Any], *, num_cpus: int | None, timings: dict[str, float],
-                       command_t0: float) -> tuple[Any, bool]:
-    """Run ``prepare`` in a thread while Ray starts in this one (issue 29: cut the fixed cost).
-
-    A local Ray start is seconds of waiting on its processes (docs/ray-notes.md); the dataset check, the
-    inputs and the pre-flight need no Ray, so they run beside it instead of before it. Ray starts in the
-    calling thread (``ray.init`` installs signal handlers and was measured to lose its GCS connection
-    under load when started from another thread: docs/benchmarks.md).
-
-    A pre-flight that fails still fails the run, once Ray's start has returned (Ray is then shut down
-    again when this call started it).
-
-    Args:
-        prepare: the work beside the start; its return value is returned.
-        num_cpus: CPUs for a local Ray cluster (:func:`aml_ray.run.ray_runtime.init_ray`).
-        timings: filled with ``before_ray_s`` (process start to the Ray start, seconds), ``ray_start_s``
-            (0 when Ray was already running) and ``prepare_s`` (``prepare``'s own time, beside the start).
-        command_t0: the process's start (``time.time()``).
-
-    Returns:
-        ``(prepare's result, whether this call started Ray)``.
-
-    Raises:
-        whatever ``prepare`` raised, after the Ray start has returned; whatever ``init_ray`` raised.
-    """
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        t = time.perf_counter()
-        try:
-            outcome["value"] = prepare()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-            outcome["error"] = exc
-        finally:
-            outcome["prepare_s"] = time.perf_counter() - t
-
-    thread = threading.Thread(target=work, name="aml-ray-prepare", daemon=True)
-    timings["before_ray_s"] = round(time.time() - command_t0, 3)
-    thread.start()
-    t_ray = time.perf_counter()
-    try:
-        started = init_ray(num_cpus=num_cpus, private=True)
-    finally:
-        timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
-        thread.join()
-    timings["prepare_s"] = round(outcome["prepare_s"], 3)
-    if "error" in outcome:
-        if started:
-            shutdown_ray()
-        raise outcome["error"]
-    return outcome["value"], started
+def warm_pipeline() -> None:
+    """Import the pipeline (polars, Ray Data's stages, the model clients) in a thread of the driver while Ray
+    starts in its main thread, which mostly waits for Ray's processes then (issue 29, the fixed cost).
+    Run by :func:`~aml_ray.stages._common.warm_in_background`: an error is left for the run's own import."""
+    import aml_ray.run.pipeline  # noqa: F401
 
 
 def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpoints: list[float] | None,
@@ -674,6 +710,8 @@ def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpo
     if not checkpoints:
         return []
     import math
+
+    import polars as pl
 
     where = read_questions(run_dir, columns=("question_id", "sample_id", "step"))
     rows = questions.join(where, on="question_id", how="left")
@@ -801,6 +839,8 @@ class BundleOutcome:
         """The per-question credits behind ``score`` (:func:`aml_ray.scoring.aggregate.with_credit`, excluded
         questions left out): ``credits`` when set, else read from the run's evidence; None when it did not run."""
         if self.credits is None and self.result is not None:
+            import polars as pl
+
             from aml_ray.scoring.aggregate import with_credit
 
             rows = read_questions(self.result.run_dir, columns=("excluded", "status", "verdict", "score"))
@@ -869,6 +909,8 @@ def overall_of(outcomes: list[BundleOutcome]) -> dict[str, Any]:
 
 
 def _dataset_row(table: pl.DataFrame) -> dict[str, Any]:
+    import polars as pl
+
     row = table.filter(pl.col("category") == "overall").to_dicts()
     return row[0] if row else {}
 

@@ -59,6 +59,7 @@ class HeadStart:
         self.spec: ParticipantSpec | None = None
         self.inputs: PipelineInputs | None = None
         self.run_dir: RunDir | None = None
+        self.lone_latencies: dict[str, float] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -70,15 +71,21 @@ class HeadStart:
         self.ran_s: float | None = None
         self.stop_wait_s: float | None = None
 
-    def start(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir) -> HeadStart:
+    def start(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir, *,
+              lone_latencies: dict[str, float] | None = None) -> HeadStart:
         """Start sending ``inputs``' first Adds to ``spec``'s participant in a daemon thread; returns ``self``.
 
         Args:
             spec: the participant version (with the run's media limits for a multimodal run).
             inputs: the run's inputs (:func:`aml_ray.run.inputs.build_inputs`).
             run_dir: the run directory (the Add journals).
+            lone_latencies: the pre-flight probe's latencies (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`)
+                for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
+                until its first decision, so a stall of this process (the Ray start's imports hold the
+                interpreter for tens of milliseconds) finds the next Add already at the participant.
         """
         self.spec, self.inputs, self.run_dir = spec, inputs, run_dir
+        self.lone_latencies = lone_latencies
         if self._stop.is_set():
             return self
         self._t0 = time.perf_counter()
@@ -113,7 +120,7 @@ class HeadStart:
             self.ran_s = round(time.perf_counter() - self._t0, 3)
 
     async def _main(self) -> None:
-        client = ParticipantClient(self.spec)
+        client = ParticipantClient(self.spec, lone_latencies=self.lone_latencies)
         slots = asyncio.Semaphore(self.samples_at_once)
 
         async def one(path: str) -> None:

@@ -35,6 +35,23 @@ BUDGET_MIN_FAILURES = 5
 _PLURAL = {"add": "Adds", "search": "Searches"}
 
 
+class StageFailed(Exception):
+    """The run stopped (raised by :func:`aml_ray.run.pipeline.run_pipeline` and
+    :func:`aml_ray.run.evaluation.evaluate`): the pre-flight failed, a contract error, a non-retryable
+    participant status, the failure budget, a memory of another user_id, or an internal error.
+
+    Attributes:
+        summary: one line for the job's error summary (names the field for a contract error).
+        failure: the structured cause when it was a participant's fault:
+            ``{"kind": "ContractError"|"ParticipantError", "summary", "field"|"status", "request_id"}``.
+    """
+
+    def __init__(self, summary: str, failure: dict | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.failure = failure
+
+
 @dataclass
 class StageCounts:
     """Requests of one stage: how many ended ok, how many failed, failures by HTTP status, one failed request_id."""

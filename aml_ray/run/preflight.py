@@ -78,6 +78,13 @@ class PreflightReport:
         """The report as plain data for run.json."""
         return asdict(self)
 
+    def lone_latencies(self) -> dict[str, float]:
+        """Endpoint URL -> latency in ms of each probe step that succeeded (``add``, ``search``): each was sent
+        with nothing else in flight, so it is the endpoint's unloaded latency
+        (:class:`~aml_ray.actors.participant.ParticipantClient`'s ``lone_latencies``)."""
+        return {step["url"]: step["latency_ms"] for name, step in self.steps.items()
+                if name in ("add", "search") and step.get("ok") and step.get("latency_ms") is not None}
+
 
 def probe_spec(spec: ParticipantSpec) -> ParticipantSpec:
     """``spec`` with the pre-flight's retry policy and timeout (endpoints, auth and limits unchanged)."""

@@ -131,7 +131,7 @@ class JobWorker:
                 log.warning("job %s: lease lost to another runner; this runner stops", job_id)
 
     def _run(self, job_id: str, owner: str, beat: _Heartbeat) -> None:
-        from aml_ray.run.pipeline import StageFailed
+        from aml_ray.run.outcome import StageFailed
 
         settings, sessions = self.service.settings, self.service.sessions
         secret: SecretStr | None = None

@@ -1,0 +1,111 @@
+"""The pipeline's throughput knobs (:class:`PipelineOptions`).
+
+Apart from :mod:`aml_ray.run.pipeline`, which imports polars, Ray Data's stages and the model clients: a
+run's configuration (:class:`aml_ray.run.evaluation.EvaluationConfig`) holds these knobs, and ``aml-ray
+run`` builds it and prepares the run before those imports (issue 29, the fixed cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aml_ray.config import ModelEndpoint
+
+
+#: Rows per batch of the offline answerer and judge (:meth:`PipelineOptions.model_batch_for`).
+OFFLINE_BATCH = 48
+
+
+@dataclass
+class PipelineOptions:
+    """Throughput knobs (defaults sized for one participant on a small machine).
+
+    The participant's ``max_in_flight`` (and the model endpoints' limits) are the only limiters: these
+    knobs only have to keep enough work queued in front of them. Batches are large (up to 256 rows):
+    small ones spend most of the CPU on per-batch Ray Data and actor-call overhead (measured:
+    docs/benchmarks.md).
+
+    Attributes:
+        ingest_parallelism: samples ingested at once (each sample's Adds stay sequential); the Ingest
+            actor runs this many tasks (one sample each) concurrently.
+        batches_in_flight: tasks each Answer/Judge actor runs at once (each task is one input
+            bundle whose batches run concurrently, up to 4); as many again are queued behind them.
+        model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
+            :meth:`model_batch_for`.
+        samples_per_task: samples per Ingest task; None picks one with :meth:`ingest_layout`.
+        offline_models_inline: when both models are offline, answer and judge inside the Ingest actor
+            (:mod:`aml_ray.stages.ingest`); False keeps them as Ray Data operators of their own, as an
+            online model's are (the stage layout a test of those operators needs).
+        stage_scheduling: a Ray scheduling strategy for every stage actor (e.g.
+            ``NodeAffinitySchedulingStrategy(node_id, soft=True)``); None: Ray Data's for its stages,
+            Ray's default for a single-stage job's Ingest actor.
+    """
+
+    ingest_parallelism: int = 16
+    batches_in_flight: int = 8
+    offline_models_inline: bool = True
+    model_batch_size: int | None = None
+    samples_per_task: int | None = None
+    stage_scheduling: Any = None
+
+    def ingest_layout(self, n_samples: int, *, retrieval_only: bool = False) -> tuple[int, int]:
+        """``(samples per Ingest task, Ingest tasks at once)`` for a run of ``n_samples``.
+
+        Each Ray Data task costs the Ingest actor and the driver milliseconds of CPU whatever its size
+        (task dispatch, the output block, the executor's bookkeeping, a progress report), next to a
+        fraction of a millisecond per question. So when samples are many, one task takes several. A
+        task's rows go downstream only when all its samples are done:
+
+        - with Answer and Judge behind Ingest, that wait is the pipeline's. Tasks take up to 8 samples
+          and no more than ``n_samples // (2 * ingest_parallelism)``, so the tasks outnumber twice the
+          samples in progress (8 a task measured slower end to end: docs/benchmarks.md);
+        - a retrieval-only run has nothing behind Ingest: its tasks take up to 8 samples, and there are
+          at least 8 tasks (``n_samples // 8`` a task): measured faster than 3 a task, and lighter on the
+          cores the participant client shares (docs/benchmarks.md).
+
+        A task's samples run at once; the actor holds at most ``ingest_parallelism`` samples in
+        progress across its tasks (:class:`aml_ray.stages.IngestStage` ``samples_at_once``), and runs
+        twice as many tasks as that needs, so a finishing sample's slot is taken at once by a queued
+        one. ``samples_per_task`` overrides the choice.
+        """
+        if self.samples_per_task:
+            per_task = self.samples_per_task
+        elif retrieval_only:
+            per_task = max(1, min(8, n_samples // 8))
+        else:
+            per_task = max(1, min(8, n_samples // (2 * self.ingest_parallelism)))
+        if per_task == 1:
+            return 1, self.ingest_parallelism
+        return per_task, 2 * -(-self.ingest_parallelism // per_task)
+
+    def model_batch_for(self, endpoint: ModelEndpoint) -> int:
+        """Rows per Answer/Judge batch for ``endpoint``.
+
+        A Ray Data task hands its rows to the next stage only when it ends, so a batch's time in a stage
+        is a pipeline delay: 256 rows at 32 in flight and 200 ms are 1.6 s before the first Judge. An
+        online endpoint gets about two rounds of its concurrency (16..256 rows). The offline answerer and
+        judge get :data:`OFFLINE_BATCH` rows: fewer than any LoCoMo sample's scorable questions, so one
+        searched sample fills a batch by itself; with 256 the first samples' rows waited for more (two
+        samples of 116 rows waited for the last Search), and the run's tail after its last Search held
+        every sample's answering (measured: docs/benchmarks.md).
+        """
+        if self.model_batch_size is not None:
+            return self.model_batch_size
+        if endpoint.offline:
+            return OFFLINE_BATCH
+        return max(16, min(256, 2 * endpoint.max_in_flight))
+
+    def model_tasks_for(self, endpoint: ModelEndpoint) -> int:
+        """Tasks the Answer/Judge actor runs at once for ``endpoint``.
+
+        Rows taken in by a model stage wait in the endpoint's FIFO semaphore; if the stage takes in
+        far more than the endpoint serves at once, every task's last rows queue behind all the others
+        and no task finishes until nearly all do (measured: the first Judge long after the first
+        Answer; docs/benchmarks.md). About four rounds of the endpoint's concurrency are enough to keep
+        it busy between tasks. Offline stages are CPU work: ``batches_in_flight``.
+        """
+        if endpoint.offline:
+            return self.batches_in_flight
+        batch = self.model_batch_for(endpoint)
+        return max(2, min(self.batches_in_flight, -(-4 * endpoint.max_in_flight // batch)))
