@@ -544,20 +544,24 @@ def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_p
 
 def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_file):
     """Issue 29, the run's tail: the scoring's first bootstrap interval imported ``numpy.random`` and
-    ``numpy.ma``, and ``ray.shutdown()`` beside it ``ray.dag`` (about 0.04 s of CPU, after the last Search).
-    They are imported while the pipeline runs (:func:`aml_ray.run.evaluation.warm_tail`): all three are
-    loaded when the scoring starts, in a run of its own process."""
+    ``numpy.ma``, and ``ray.shutdown()`` beside it ``ray.dag`` (about 0.04 s of CPU, after the last Search);
+    the pipeline's last step, reading the question evidence back, imported ``pyarrow.dataset`` at Parquet's
+    first read (0.05 s). They are imported while the pipeline runs (:func:`aml_ray.run.evaluation.warm_tail`):
+    all four are loaded when the evidence is first read back, in a run of its own process."""
     reported = _evaluate_in_a_process(
         tmp_path, locomo_file,
         setup=("from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
                "keep_pandas_out_of_pyarrow()\n"  # as aml-ray run does: pandas would import both numpy modules
                "import aml_ray.run.evaluation as evaluation\n"
-               "score, seen = evaluation._score, []\n"
+               "import aml_ray.run.pipeline as pipeline\n"
+               "read, seen = pipeline.read_questions, []\n"
                "def watched(*args, **kwargs):\n"
-               "    seen.extend(m for m in ('numpy.random', 'numpy.ma', 'ray.dag') if m in sys.modules)\n"
-               "    return score(*args, **kwargs)\n"
-               "evaluation._score = watched\n"),
+               "    if not seen:\n"
+               "        seen.extend(m for m in ('numpy.random', 'numpy.ma', 'ray.dag', 'pyarrow.dataset')\n"
+               "                    if m in sys.modules)\n"
+               "    return read(*args, **kwargs)\n"
+               "pipeline.read_questions = watched\n"),
         config="limit_samples=1, retrieval_only=True", call="",
         report="print(json.dumps([result.run_info['status'], seen]))\n",
         participant=("--latency-ms", "1", "--add-latency-ms", "20", "--capacity", "64"))
-    assert reported == ["completed", ["numpy.random", "numpy.ma", "ray.dag"]]
+    assert reported == ["completed", ["numpy.random", "numpy.ma", "ray.dag", "pyarrow.dataset"]]

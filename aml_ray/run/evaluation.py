@@ -394,8 +394,12 @@ def warm_tail() -> None:
     mostly waits then; issue 29): the bootstrap's ``numpy.random`` and ``numpy.ma`` (numpy imports them on the
     first generator and the first ``np.quantile``), the evidence recall's module, and ``ray.dag``, which
     Ray 2.60's ``ray.shutdown()`` imports to stop compiled graphs, in the thread beside the scoring. They took
-    about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). Run by
-    :func:`~aml_ray.stages._common.warm_in_background`: an error is left for the tail, which imports the same."""
+    about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). And ``pyarrow.dataset``,
+    which ``pyarrow.parquet.read_table`` imports at its first call: the pipeline's end reading the question
+    evidence back took 0.05 s instead of 0.01 s. Run by :func:`~aml_ray.stages._common.warm_in_background`:
+    an error is left for the tail, which imports the same."""
+    import pyarrow.dataset  # noqa: F401
+
     from aml_ray.scoring.bootstrap import mean_ci
     import aml_ray.scoring.evidence_recall  # noqa: F401
 
