@@ -76,11 +76,12 @@ def test_the_run_is_prepared_before_the_ray_start_and_without_the_pipelines_impo
     """The run's preparation (inputs, run.json) is done when the Ray start begins, not beside it: sharing the
     interpreter with ``import ray`` and the pipeline's imports delayed the first Add 0.05-0.3 s after the
     probe on 2 cores. And the evaluation module imports neither polars nor the pipeline (0.2 s of CPU that
-    stood between the probe and the first Add): a thread imports them while Ray starts."""
+    stood between the probe and the first Add), and the pipeline, imported once Ray is up, no polars."""
     code = ("import sys, aml_ray.run.evaluation; "
-            "print(sorted(m for m in ('polars', 'aml_ray.run.pipeline', 'ray') if m in sys.modules))")
+            "print(sorted(m for m in ('polars', 'aml_ray.run.pipeline', 'ray') if m in sys.modules)); "
+            "import aml_ray.run.pipeline; print('polars' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.split() == ["[]", "False"]
     seen: dict[str, object] = {}
     run_json = tmp_path / "run" / "run.json"
 

@@ -4,9 +4,11 @@
 ``results.json`` / ``results.parquet`` (the score table), and returns an :class:`EvaluationResult`.
 
 Importing this module pulls in only what a run needs before its first Add (the dataset, the inputs,
-run.json, the pre-flight and the head start: pyarrow, no polars). polars, the pipeline and the scoring are
-imported where they are used, and warmed in a thread while Ray starts (:func:`warm_pipeline`): on 2 cores
-they were 0.2 s of CPU between the pre-flight's probe and the run's first Add (issue 29, the fixed cost).
+run.json, the pre-flight and the head start: pyarrow, no polars): on 2 cores, polars and the pipeline were
+0.2 s of CPU between the pre-flight's probe and the run's first Add (issue 29, the fixed cost). The pipeline
+is imported once Ray has started (without polars it takes 0.015 s); polars and the scoring are imported where
+they are used, warmed while the pipeline runs (:func:`warm_tail`). Not beside the Ray start: on 2 cores a
+thread importing them there made ``ray_start_s`` 0.15-0.3 s longer (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -307,10 +309,10 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
     (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
     theirs; then the head start, which sends the first Adds as soon as the pre-flight passed
-    (:func:`start_after_preflight`); then Ray, started in this thread while another imports the pipeline
-    (:func:`warm_pipeline`); then the pre-flight's result. The preparation runs alone before the Ray start,
-    not beside it: on 2 cores, sharing the interpreter with ``import ray`` and the pipeline's imports
-    delayed the run's first Add by 0.05-0.3 s after the probe (docs/benchmarks.md).
+    (:func:`start_after_preflight`); then Ray, started in this thread; then the pre-flight's result. The
+    preparation runs alone before the Ray start, not beside it: on 2 cores, sharing the interpreter with
+    ``import ray`` and the pipeline's imports delayed the run's first Add by 0.05-0.3 s after the probe
+    (docs/benchmarks.md).
     """
     timings: dict[str, float] = {}
     t_prepare = time.perf_counter()
@@ -329,7 +331,6 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
                        lone_latencies=probed.result().lone_latencies())
 
         start_after_preflight(probed, go)
-    warm_in_background(warm_pipeline, "aml-ray-warm-pipeline")
     try:
         started_ray = _start_ray(num_cpus=num_cpus, timings=timings, command_t0=command_t0)
         try:
@@ -344,7 +345,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         raise
     if totals is not None and head is None:
         totals()
-    from aml_ray.run.pipeline import run_pipeline  # imported by now (warm_pipeline, beside the Ray start)
+    from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)
 
     warm_in_background(warm_tail, "aml-ray-warm-tail")
     t0 = time.perf_counter()
@@ -397,7 +398,8 @@ def warm_tail() -> None:
     about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). And ``pyarrow.dataset``,
     which ``pyarrow.parquet.read_table`` imports at its first call: the pipeline's end reading the question
     evidence back took 0.05 s instead of 0.01 s. Run by :func:`~aml_ray.stages._common.warm_in_background`:
-    an error is left for the tail, which imports the same."""
+    an error is left for the tail, which imports the same. Also polars, which neither this module nor the
+    pipeline imports before the run's first Add (the module docstring)."""
     import pyarrow.dataset  # noqa: F401
 
     from aml_ray.scoring.bootstrap import mean_ci
@@ -406,6 +408,7 @@ def warm_tail() -> None:
     mean_ci([0.0, 1.0], resamples=2)
     if "ray" in sys.modules:
         import ray.dag.compiled_dag_node  # noqa: F401
+    import polars  # noqa: F401 - last: the largest, and the tail's first read needs the others too
 
 
 def _shutdown_beside(timings: dict[str, float]) -> Future:
@@ -684,13 +687,6 @@ def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir
                     finished_at=datetime.now(timezone.utc).isoformat())
         write_json_atomic(info, run_dir.run_json)
         raise StageFailed(str(exc), failure=failure) from None
-
-
-def warm_pipeline() -> None:
-    """Import the pipeline (polars, Ray Data's stages, the model clients) in a thread of the driver while Ray
-    starts in its main thread, which mostly waits for Ray's processes then (issue 29, the fixed cost).
-    Run by :func:`~aml_ray.stages._common.warm_in_background`: an error is left for the run's own import."""
-    import aml_ray.run.pipeline  # noqa: F401
 
 
 def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpoints: list[float] | None,
