@@ -274,3 +274,30 @@ async def test_a_client_seeded_with_the_preflights_latencies_starts_at_two_in_fl
             assert [o["status"] for o in outs] == ["ok", "ok"]
             peaks[seeded] = server.stats()["max_in_flight"]
     assert peaks == {False: 1, True: 2}
+
+
+async def test_slots_held_back_for_another_clients_requests_keep_the_declared_limit_across_both():
+    """At the head start's handover (aml_ray.run.pipeline._hand_over) the client actor holds back a slot for each
+    Add the head start still has out: with 1 of a declared 2 held back, three Adds go one at a time; once it
+    is given back, two at once. ``hold_back``'s limit starts a fresh limit at the other client's (2 here),
+    and its lone latencies spare the endpoint a probe of its own."""
+    def adds(client: ParticipantClient, tag: str):
+        return [client.add(AddRequest(user_id=f"{tag}{i}", session_id="s1", request_id=f"{tag}{i}:chunk-0",
+                                      messages=[Message(role="user", content=f"hello {i}")])) for i in range(3)]
+
+    with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "100", "--capacity", "64") as server:
+        spec = _spec(server, 2)
+        client = ParticipantClient(spec)
+        try:
+            client.hold_back(1, {spec.add_url: 100.0}, 2)
+            assert client.concurrency()["final"] == 2 and not client.limit.wants_probe(client._target(spec.add_url))
+            server.reset()
+            assert [o["status"] for o in await asyncio.gather(*adds(client, "a"))] == ["ok"] * 3
+            held_peak = server.stats()["max_in_flight"]
+            client.give_back(1)
+            server.reset()
+            assert [o["status"] for o in await asyncio.gather(*adds(client, "b"))] == ["ok"] * 3
+            free_peak = server.stats()["max_in_flight"]
+        finally:
+            await client.aclose()
+    assert (held_peak, free_peak) == (1, 2)

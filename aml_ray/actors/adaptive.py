@@ -161,6 +161,16 @@ class AdaptiveLimit:
             baseline = self._baselines[key] = _Baseline(self._baseline_samples)
         baseline.add(max(latency_ms, 1e-3), alone=True)
 
+    def start_at(self, limit: int) -> None:
+        """Raise the limit to ``limit`` (within ``max_limit``) if it has seen no reply yet: another client's
+        estimate of the same participant's capacity (the driver's head start at its handover), instead of
+        slow start from :attr:`limit` again. A limit that has seen replies keeps its own estimate."""
+        if not self.enabled or self._replies:
+            return
+        self.limit = float(max(self.limit, min(self.max_limit, limit)))
+        self._seen_min = self._seen_max = self.allowed()
+        self._head = [(0, self.allowed())]
+
     def record(self, key: Hashable, latency_ms: float, alone: bool = False) -> None:
         """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
 

@@ -200,6 +200,7 @@ class ParticipantClient:
         self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency,
                                    initial=2 if lone_latencies else 1)
         self._parked: dict[int, asyncio.Future] = {}
+        self._held_back = 0  # slots kept for another client's requests in flight (hold_back)
         # lone replies (AdaptiveLimit.record's ``alone``): requests in flight now, requests sent so far, and
         # the probe out now (an endpoint's first request sent alone: AdaptiveLimit.wants_probe), done when
         # its reply is back; _drained is done when nothing is in flight (awaited by a probe's sender)
@@ -254,9 +255,42 @@ class ParticipantClient:
         """The in-flight limit's trajectory so far (:meth:`aml_ray.actors.adaptive.AdaptiveLimit.describe`)."""
         return self.limit.describe()
 
+    def hold_back(self, n: int, lone_latencies: dict[str, float] | None = None, limit: int | None = None) -> None:
+        """Keep ``n`` of the in-flight slots for requests another client of this participant version still has
+        out: the driver's head start at its handover (:func:`aml_ray.run.pipeline.run_pipeline`), whose
+        samples the Ingest stage takes over one by one as each one's last Add returns. The two clients
+        together then never have more than the declared ``max_in_flight`` out. :meth:`give_back` returns the
+        slots one at a time, as those requests end.
+
+        Args:
+            n: requests the other client has out, or may still send (at most one per sample it is adding to).
+            lone_latencies: that client's lone latencies (the pre-flight probe's): they seed the endpoints
+                with no baseline yet (:meth:`AdaptiveLimit.seed`), whose first request would otherwise go
+                as a probe while the other client's requests are still queued at the participant.
+            limit: that client's in-flight limit now, this one's start (:meth:`AdaptiveLimit.start_at`).
+        """
+        self._held_back = max(0, n)
+        for url, latency_ms in (lone_latencies or {}).items():
+            if self.limit.wants_probe(self._target(url)):
+                self.limit.seed(self._target(url), latency_ms)
+        if limit is not None:
+            self.limit.start_at(limit)
+        if self._parked:
+            self._unpark()
+
+    def give_back(self, n: int = 1) -> None:
+        """Return ``n`` slots kept by :meth:`hold_back` (the other client's requests ended)."""
+        self._held_back = max(0, self._held_back - n)
+        if self._parked:
+            self._unpark()
+
+    def _slots(self) -> int:
+        """Senders that may send now: the adaptive limit less the slots held back (:meth:`hold_back`)."""
+        return self.limit.allowed() - self._held_back
+
     def _unpark(self) -> None:
-        """Wake the parked senders the limit now allows (index below :meth:`AdaptiveLimit.allowed`)."""
-        allowed = self.limit.allowed()
+        """Wake the parked senders the limit now allows (index below :meth:`_slots`)."""
+        allowed = self._slots()
         for index in [i for i in self._parked if i < allowed]:
             waiter = self._parked.pop(index)
             if not waiter.done():
@@ -279,11 +313,17 @@ class ParticipantClient:
         client, queue, limit = self._client, self._queue, self.limit
         loop = asyncio.get_running_loop()
         while True:
-            if index >= limit.allowed():
+            if index >= self._slots():
                 waiter = self._parked[index] = loop.create_future()
                 await waiter
                 continue
             url, data, reply, queued = await queue.get()
+            # slots held back (hold_back) while this sender waited for work: the attempt waits here, so that
+            # with another client's requests out the two never exceed the declared limit (a limit that fell
+            # meanwhile only takes effect at the next attempt, as before: no attempt is held behind later ones)
+            while self._held_back and index >= self._slots():
+                waiter = self._parked[index] = loop.create_future()
+                await waiter
             if reply.done():  # its caller was cancelled while it waited
                 continue
             if self._limiter is not None:

@@ -8,11 +8,16 @@ limits, retries and contract checks) in a thread with its own event loop, and jo
 in the sample's Add journal (:class:`aml_ray.run.evidence.AddJournal`), the same rows the Ingest stage
 writes.
 
-Handover: the Ingest actor, before its first sample, asks the run's tracker to take over
-(:meth:`aml_ray.run.progress.ProgressTracker.take_over`); the driver then stops the head start (no new
-Add; the ones in flight finish and are journalled) and releases the tracker, and the Ingest stage goes on
-from the journals as a resumed run does (each sample's finished chunks are skipped). One client owns the
-participant's traffic at a time, so no Add is sent twice and the declared in-flight limit holds.
+Handover: the Ingest actor, before it reads a sample's journal, asks the run's tracker to take it over
+(:meth:`aml_ray.run.progress.ProgressTracker.take_over`); the driver then stops the head start
+(:meth:`HeadStart.hand_over`: no new Add) and releases every sample it has no Add of out; each other sample
+is released as its last Add returns and is journalled. The Ingest stage goes on from the journals as a
+resumed run does (each sample's finished chunks are skipped). One client owns a sample at a time, so no
+Add is sent twice and each sample's Adds stay in order; the participant client actor holds back as many of
+its in-flight slots as the head start may still have Adds out
+(:meth:`~aml_ray.actors.participant.ParticipantClient.hold_back`), so the declared in-flight limit holds
+across both. The participant always has the next Add: a one-at-a-time participant idled 20-80 ms at a
+handover that waited for the head start's last Add before the Ingest stage sent its first (issue 29).
 
 What it sends: each sample's Adds up to its first Streaming step (all of them when the sample has no
 Streaming step), so a step's Searches still see exactly the sessions before them; samples in input order,
@@ -61,6 +66,11 @@ class HeadStart:
         self.run_dir: RunDir | None = None
         self.lone_latencies: dict[str, float] | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # the samples being added to, and the handover's callback
+        self._adding: set[str] = set()  # samples with an Add out (or about to be sent): ids
+        self._on_released: Callable[[str], None] | None = None
+        self._client: ParticipantClient | None = None
+        self._handover_t: float | None = None
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
         self.sent = 0  # Adds sent and journalled by the head start
@@ -98,10 +108,42 @@ class HeadStart:
         self._stop.set()
         if self._thread is None:
             return
-        t = time.perf_counter()
+        t = self._handover_t or time.perf_counter()
         self._thread.join()
         if self.stop_wait_s is None:
             self.stop_wait_s = round(time.perf_counter() - t, 3)
+
+    def hand_over(self, on_released: Callable[[str], None]) -> tuple[list[str], dict[str, Any] | None]:
+        """Send no new Add, without waiting: the start of the handover (module docstring).
+
+        Args:
+            on_released: called with a sample's id, from the head start's thread, as the last Add it had out
+                of that sample returns and is journalled (for each sample returned as still being added to).
+
+        Returns:
+            ``(samples still being added to, client state)``: the ids of the samples with an Add out (or
+            about to go: at most one each), and ``{"limit": its in-flight limit now, "lone_latencies"}``
+            for the Ingest stage's client (:meth:`~aml_ray.actors.participant.ParticipantClient.hold_back`),
+            None when the head start never started sending. Every other sample can be taken over now.
+        """
+        with self._lock:
+            self._handover_t = self._handover_t or time.perf_counter()
+            self._on_released = on_released
+            self._stop.set()
+            adding = sorted(self._adding)
+            client = self._client
+        state = None if client is None else {"limit": client.limit.allowed(), "lone_latencies": self.lone_latencies}
+        return adding, state
+
+    def wait(self) -> None:
+        """Wait until its thread has ended (after :meth:`hand_over` or :meth:`stop`, or once it sent all it
+        sends), without stopping it; at once when it never started."""
+        if self._thread is not None:
+            self._thread.join()
+
+    def running(self) -> bool:
+        """Whether its thread is still sending or waiting for an Add."""
+        return self._thread is not None and self._thread.is_alive()
 
     def describe(self) -> dict[str, Any]:
         """What the head start did, for run.json: ``{"adds", "failed", "samples", "ran_s", "stop_wait_s", "ended"}``
@@ -120,7 +162,7 @@ class HeadStart:
             self.ran_s = round(time.perf_counter() - self._t0, 3)
 
     async def _main(self) -> None:
-        client = ParticipantClient(self.spec, lone_latencies=self.lone_latencies)
+        client = self._client = ParticipantClient(self.spec, lone_latencies=self.lone_latencies)
         slots = asyncio.Semaphore(self.samples_at_once)
 
         async def one(path: str) -> None:
@@ -145,6 +187,22 @@ class HeadStart:
         adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
         steps = {s for s in sample_questions(table).column("step").to_pylist() if s is not None}
         first = segments(meta, steps)[0][0] if meta else []
+        with self._lock:  # from here to its last Add's return, the sample is the head start's (hand_over)
+            if self._stop.is_set():
+                return
+            self._adding.add(sid)
+        try:
+            await self._add_first(client, sid, first, adds, meta)
+        finally:
+            with self._lock:
+                self._adding.discard(sid)
+                released = self._on_released
+            if released is not None:
+                released(sid)
+
+    async def _add_first(self, client: ParticipantClient, sid: str, first: list[int], adds: list[dict],
+                         meta: list[dict]) -> None:
+        """Sample ``sid``'s Adds at positions ``first``, in order, each journalled; the finished ones skipped."""
         journal = AddJournal(self.run_dir, sid)
         done = {r["chunk_index"] for r in journal.rows()}
         self.journalled += len(done)

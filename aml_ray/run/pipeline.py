@@ -79,16 +79,45 @@ def error_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:MAX_CAUSE_CHARS]
 
 
-def _hand_over(tracker, head_start: HeadStart, stop: threading.Event) -> None:
-    """Stop ``head_start`` once the Ingest stage asks to take over, or once ``stop`` is set (the pipeline
-    ended first), then release the Ingest stage (:meth:`aml_ray.run.progress.ProgressTracker.take_over`)."""
+def _hand_over(tracker, client, head_start: HeadStart, stop: threading.Event) -> None:
+    """Hand ``head_start``'s samples over to the Ingest stage once it asks to take over, or once ``stop`` is
+    set (the pipeline ended first) (:mod:`aml_ray.run.head_start`, the handover).
+
+    The head start sends no new Add; the participant client actor ``client`` holds back a slot for each
+    sample it still has an Add of out (:meth:`~aml_ray.actors.participant.ParticipantClient.hold_back`,
+    before anything is released), the other samples are released at once, and each of those is released,
+    and its slot given back, as its Add returns (:meth:`aml_ray.run.progress.ProgressTracker.release`).
+    Last, the head start's thread is joined and everything released.
+    """
+    import queue
+
     import ray
 
     wanted = tracker.wait_wanted.remote()
     while not stop.is_set() and not ray.wait([wanted], timeout=0.2)[0]:
         pass
-    head_start.stop()
-    tracker.release.remote()
+    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+    adding, state = head_start.hand_over(ended.put)
+    kept = set(adding)
+    try:
+        if kept and state is not None:
+            ray.get(client.hold_back.remote(len(kept), state["lone_latencies"], state["limit"]), timeout=30)
+        tracker.release.remote(sorted(kept))
+        while kept:
+            try:
+                sample = ended.get(timeout=0.2)
+            except queue.Empty:
+                if head_start.running():
+                    continue
+                break  # the head start's thread is over: every sample it had is journalled
+            kept.discard(sample)
+            client.give_back.remote(1)
+            tracker.release.remote(sorted(kept))
+    finally:
+        head_start.stop()
+        if kept:
+            client.give_back.remote(len(kept))
+        tracker.release.remote()
 
 
 def _ingest_actor(ingest_kwargs: dict[str, Any], *, in_flight: int, scheduling: Any = None):
@@ -355,7 +384,7 @@ def run_pipeline(
     stop = threading.Event()
     handover = None
     if head_start is not None:
-        handover = threading.Thread(target=_hand_over, args=(tracker, head_start, stop), daemon=True)
+        handover = threading.Thread(target=_hand_over, args=(tracker, client, head_start, stop), daemon=True)
         handover.start()
     poller = None
     if on_progress is not None:

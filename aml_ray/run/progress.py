@@ -30,7 +30,7 @@ class ProgressTracker:
 
     Args:
         head_start: the driver's head start is sending Adds (:mod:`aml_ray.run.head_start`): the Ingest
-            stage's :meth:`take_over` waits for the driver's :meth:`release`.
+            stage's :meth:`take_over` of a sample waits for the driver's :meth:`release` of it.
 
     It also keeps the first stage failure (a contract error or a non-retryable participant status) as
     plain data, because Ray Data re-wraps UDF exceptions as text and the driver must still name the field.
@@ -43,24 +43,40 @@ class ProgressTracker:
         self._keyed: dict[tuple[str, str], int] = {}
         self._failure: dict | None = None
         self._wanted = threading.Event()  # the Ingest stage asked to take over
-        self._released = threading.Event()  # the head start stopped: its Adds are journalled
+        self._released = threading.Event()  # the head start ended: every sample's Adds are journalled
+        self._handover = threading.Condition()  # signals a release (all, or every sample but ``_kept``)
+        self._kept: set[str] | None = None  # samples the head start still has an Add of out (release's keep)
         if not head_start:  # no head start sends Adds (aml_ray.run.head_start): nothing to wait for
             self._released.set()
 
-    async def take_over(self) -> None:
-        """The Ingest stage's call before its first Add: returns once the head start (if any) stopped and
-        its Adds are journalled, at once when there is none."""
+    async def take_over(self, sample: str | None = None) -> bool:
+        """The Ingest stage's call before it reads a sample's Add journal: returns once the head start (if any)
+        has no Add of ``sample`` out any more (:meth:`release`), at once when there is none. ``None``: once
+        the head start ended. Returns whether it ended (no later call needs to ask)."""
         if not self._released.is_set():
             self._wanted.set()
-            await asyncio.to_thread(self._released.wait)
+            await asyncio.to_thread(self._wait_released, sample)
+        return self._released.is_set()
+
+    def _wait_released(self, sample: str | None) -> None:
+        with self._handover:
+            self._handover.wait_for(lambda: self._released.is_set() or (
+                sample is not None and self._kept is not None and sample not in self._kept))
 
     async def wait_wanted(self) -> None:
         """The driver's call: returns once the Ingest stage asked to take over (:meth:`take_over`)."""
         await asyncio.to_thread(self._wanted.wait)
 
-    def release(self) -> None:
-        """The driver's call after the head start stopped: the Ingest stage goes on (:meth:`take_over`)."""
-        self._released.set()
+    def release(self, keep: list[str] | None = None) -> None:
+        """The driver's call at the handover: every sample but those in ``keep`` (the head start still has an
+        Add of each out) goes on in the Ingest stage (:meth:`take_over`); ``None``: all, the head start ended.
+        Each call replaces the last ``keep`` (the driver calls again as each kept sample's Add returns)."""
+        with self._handover:
+            if keep is None:
+                self._released.set()
+            else:
+                self._kept = set(keep)
+            self._handover.notify_all()
 
     def record_failure(self, failure: dict) -> None:
         """Keep the first failure: ``{"kind", "summary", "field"?, "status"?, "request_id"}``."""

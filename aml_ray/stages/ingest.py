@@ -283,10 +283,6 @@ class IngestStage:
         # table goes out when the last one is done. A failing sample cancels the others (TaskGroup).
         if self.samples_at_once is not None and self._slots is None:
             self._slots = asyncio.Semaphore(self.samples_at_once)
-        if not self._taken_over:  # before any journal is read: the driver's head start may still be adding
-            if self.tracker is not None:
-                await self.tracker.take_over.remote()
-            self._taken_over = True
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [group.create_task(self._held(row)) for row in batch.to_pylist()]
@@ -317,7 +313,15 @@ class IngestStage:
 
     async def _held(self, row: dict[str, Any]) -> pa.Table:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
-            return await self._sample(self._load(row))
+            sample = self._load(row)
+            await self._take_over(sample["sample_id"])
+            return await self._sample(sample)
+
+    async def _take_over(self, sample_id: str) -> None:
+        """Before the sample's journal is read: wait while the driver's head start still has an Add of it out
+        (:meth:`aml_ray.run.progress.ProgressTracker.take_over`); once the head start ended, ask no more."""
+        if not self._taken_over and self.tracker is not None:
+            self._taken_over = await self.tracker.take_over.remote(sample_id)
 
     async def _search(self, questions: pa.Table, media_root: str) -> pa.Table:
         """Search ``questions`` (:func:`~aml_ray.stages.search.search_rows`) and count them against the budget."""
