@@ -54,8 +54,9 @@ class HeadStart:
         on_adds: called with the number of Adds journalled so far (each sample's journal included), from
             the head start's thread, after each one; for a progress display.
 
-    Use: made before the run's preparation; :meth:`start` once the inputs exist; :meth:`stop` (idempotent,
-    waits for the Adds in flight; after it, :meth:`start` sends nothing); :meth:`describe` for run.json.
+    Use: :meth:`start` once the inputs exist and the pre-flight passed; at the handover :meth:`hand_over`
+    (sends nothing new, returns at once), then :meth:`stop` (idempotent, waits for the Adds in flight; after
+    it, :meth:`start` sends nothing); :meth:`describe` for run.json.
     """
 
     def __init__(self, *, samples_at_once: int = 16, on_adds: Callable[[int], None] | None = None):
@@ -147,8 +148,8 @@ class HeadStart:
 
     def describe(self) -> dict[str, Any]:
         """What the head start did, for run.json: ``{"adds", "failed", "samples", "ran_s", "stop_wait_s", "ended"}``
-        (``ran_s``: seconds from its start to its end; ``stop_wait_s``: what the handover waited
-        for the Adds in flight)."""
+        (``ran_s``: seconds from its start to its end; ``stop_wait_s``: from the handover's start,
+        :meth:`hand_over` or :meth:`stop`, to its last Add journalled)."""
         return {"adds": self.sent, "failed": self.failed, "samples": len(self.samples), "ran_s": self.ran_s,
                 "stop_wait_s": self.stop_wait_s, "ended": self.ended}
 
