@@ -347,9 +347,14 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         totals()
     from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)
 
-    # after the head start's thread ends: its Adds' turnarounds wait for the interpreter while the imports
-    # hold it (46-63 ms idle at a one-at-a-time participant, 3 runs, against none without them)
-    warm_in_background(lambda: (head.wait() if head is not None else None, warm_tail()), "aml-ray-warm-tail")
+    def warm_after_head_start() -> None:
+        # after the head start's thread ends: its Adds' turnarounds wait for the interpreter while the imports
+        # hold it (46-63 ms idle at a one-at-a-time participant, 3 runs, against none without them)
+        if head is not None:
+            head.wait()
+        warm_tail()
+
+    warm_in_background(warm_after_head_start, "aml-ray-warm-tail")
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
