@@ -40,7 +40,9 @@ Two modes, both against servers that run in their own processes (``scripts/loopb
     ``--service-scale``) and against the fast one, each beside a peer-style sequential harness in the same
     run: wall time vs the participant's busy-time bound, command-to-first-Add, last-Search-to-exit,
     aml-ray's CPU per question across its processes, the latency and queue wait run.json reports and the
-    adaptive in-flight limit (``scripts/bench_serial.py``).
+    adaptive in-flight limit (``scripts/bench_serial.py``). aml_ray's modules are compiled to bytecode
+    first, as a regular install has them (``--source-compile``: removed, so every process of both
+    commands compiles them from source, as an editable install does under ``PYTHONDONTWRITEBYTECODE=1``).
 
 ``--warm`` (search mode) runs a small job on the same Ray first and measures the next one, as a service's
 worker runs job after job: Ray Data's own actors (stats, autoscaling coordinator, actor locations) and
@@ -1057,6 +1059,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--offline-models", action="store_true",
                    help="--mode e2e with the offline answerer and judge (no model server; memory scaling)")
     p.add_argument("--skip-peer", action="store_true")
+    p.add_argument("--source-compile", action="store_true",
+                   help="--mode serial: remove aml_ray's bytecode cache first, so every process of both commands "
+                        "compiles the package from source (an editable install under PYTHONDONTWRITEBYTECODE=1); "
+                        "default: compile it first, as a regular install has it")
     p.add_argument("--peer-samples", type=int, default=None,
                    help="run the peer baseline on the first N samples only and extrapolate linearly by rounds "
                         "of the 10-thread pool (default: all at --scale 1, 10 = one round above)")

@@ -318,13 +318,37 @@ def _chunks_per_sample(samples: int) -> list[int]:
         return [len(json.loads(inputs.sample_row(i)["adds_json"])) for i in range(inputs.n_samples)]
 
 
+def set_bytecode(compiled: bool) -> int:
+    """Compile the package's modules to bytecode (``__pycache__``) as a regular install does, or remove that
+    cache (``compiled=False``), before the commands run; returns the package's modules with a cache.
+
+    Both commands import aml-ray's modules (the peer command its dataset, inputs and scoring ones). A
+    regular ``pip install`` compiles them, and any interpreter writes the cache on first import, but an
+    environment with ``PYTHONDONTWRITEBYTECODE=1`` (this machine's) and an editable install never has one:
+    every process, each Ray worker too, then compiles them from source at every start.
+    """
+    import compileall
+    import shutil
+
+    package = REPO / "aml_ray"
+    if compiled:
+        compileall.compile_dir(str(package), quiet=2)
+    else:
+        for cache in list(package.rglob("__pycache__")):
+            shutil.rmtree(cache, ignore_errors=True)
+    return sum(1 for _ in package.rglob("__pycache__/*.pyc"))
+
+
 def serial_run(args) -> dict[str, Any]:
     kinds = ["serial", "fast"] if args.serial_participants == "both" else [args.serial_participants]
-    return {"runs": [one_participant(kind, args) for kind in kinds]}
+    cached = set_bytecode(not args.source_compile)
+    return {"bytecode_cached_modules": cached, "runs": [one_participant(kind, args) for kind in kinds]}
 
 
 def report_serial(args, runs: list[dict[str, Any]]) -> None:
     for res in runs:
+        print(f"\naml_ray modules with a bytecode cache: {res['bytecode_cached_modules']} "
+              f"({'removed: every process compiles them from source' if args.source_compile else 'compiled first, as an install does'})")
         for r in res["runs"]:
             la, lb = r["load_start"], r["load_end"]
             print(f"\n== {r['participant']} participant: Search {r['search_ms']:g} ms, Add {r['add_ms']:g} ms, "
