@@ -29,7 +29,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from cryptography.fernet import Fernet, MultiFernet
 from pydantic import SecretStr
 
 #: Prefix of every Leaderboard API key (lets secret scanners and users recognise one).
@@ -95,12 +94,17 @@ class SecretBox:
         ValueError: no key, or a key that is not a valid Fernet key (the message never shows the key).
 
     Examples:
+        >>> from cryptography.fernet import Fernet
         >>> box = SecretBox([Fernet.generate_key().decode()])
         >>> box.decrypt(box.encrypt("s3cret")).get_secret_value()
         's3cret'
     """
 
     def __init__(self, master_keys: Sequence[str | SecretStr]):
+        # imported here: the run's participant client imports this module (PinnedResolver), and cryptography
+        # cost about 10 ms of every run's start before the pre-flight (issue 29)
+        from cryptography.fernet import Fernet, MultiFernet
+
         values = [k.get_secret_value() if isinstance(k, SecretStr) else k for k in master_keys]
         values = [v.strip() for v in values if v and v.strip()]
         if not values:

@@ -7,6 +7,7 @@ against a dead endpoint in the second test.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from aml_ray.config import model_endpoint_from_env
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.outcome import StageFailed
 from aml_ray.run.preflight import PreflightReport
+from scripts.loopback_servers import ServerProcess
 
 OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
 #: Only a guard against a hang: each side waits at most this long for the other (never reached when they overlap).
@@ -46,7 +48,7 @@ def test_the_preflight_runs_while_ray_starts(tmp_path, locomo_file, monkeypatch)
     ray_starting, preflight_running = threading.Event(), threading.Event()
     seen: dict[str, bool] = {}
 
-    def fake_preflight(spec, *, run_id, dataset, top_k):
+    def fake_preflight(spec, *, run_id, dataset, top_k, **_):
         preflight_running.set()
         seen["preflight saw Ray starting"] = ray_starting.wait(GUARD_S)
         return PreflightReport(user_id=f"eval:{run_id}:{dataset}:preflight")
@@ -94,7 +96,7 @@ def test_the_run_is_prepared_before_the_ray_start_and_without_the_pipelines_impo
         raise RuntimeError("stopped before the pipeline (test)")
 
     monkeypatch.setattr(preflight_module, "preflight",
-                        lambda spec, *, run_id, dataset, top_k: PreflightReport(user_id=f"eval:{run_id}:{dataset}:x"))
+                        lambda spec, *, run_id, dataset, top_k, **_: PreflightReport(user_id=f"eval:{run_id}:{dataset}:x"))
     monkeypatch.setattr(evaluation, "init_ray", fake_init_ray)
     monkeypatch.setattr(pipeline_module, "run_pipeline", stop_before_pipeline)
     with pytest.raises(RuntimeError, match="stopped before the pipeline"):
@@ -158,7 +160,7 @@ def test_evaluate_waits_for_the_preflight_its_caller_started(tmp_path, locomo_fi
     before any run file."""
     calls: list[str] = []
 
-    def fake_preflight(spec, *, run_id, dataset, top_k):
+    def fake_preflight(spec, *, run_id, dataset, top_k, **_):
         calls.append(run_id)
         return PreflightReport(user_id=f"eval:{run_id}:{dataset}:preflight")
 
@@ -180,6 +182,31 @@ def test_evaluate_waits_for_the_preflight_its_caller_started(tmp_path, locomo_fi
 
 
 @pytest.mark.usefixtures("ray_session")
+def test_when_passed_fires_in_the_preflights_loop_before_its_thread_ends():
+    """The head start is released from inside the pre-flight, the moment the probe's Search was checked,
+    not by the future's callbacks after the probe's client closed and its thread ended; never for a failed
+    pre-flight; at once, in the calling thread, once it passed."""
+    seen: list[tuple[str, bool, dict[str, float]]] = []
+    with ServerProcess("participant", "--latency-ms", "20", "--add-latency-ms", "150", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        started = preflight_module.start_preflight(spec, run_id="run_pass", dataset="locomo", top_k=10)
+        started.when_passed(lambda r: seen.append((threading.current_thread().name, started.future.done(),
+                                                   r.lone_latencies())))
+        report = started.result()
+        assert len(seen) == 1
+        thread, future_done, lone = seen[0]
+        assert thread.startswith("aml-ray-preflight") and future_done is False
+        assert lone == report.lone_latencies() and set(lone) == {spec.add_url, spec.search_url}
+        started.when_passed(lambda r: seen.append((threading.current_thread().name, True, {})))
+        assert seen[1][0] == threading.current_thread().name  # already passed: at once, here
+    dead = ParticipantSpec(add_url="http://127.0.0.1:9/add", search_url="http://127.0.0.1:9/search")
+    failed = preflight_module.start_preflight(dead, run_id="run_dead", dataset="locomo", top_k=10)
+    failed.when_passed(lambda r: seen.append(("dead", True, {})))
+    with pytest.raises(preflight_module.PreflightFailed):
+        failed.result()
+    assert len(seen) == 2
+
+
 def test_the_ray_shutdown_goes_beside_the_scoring(tmp_path, locomo_file, monkeypatch):
     """Once the pipeline returned, the run's own Ray is shut down in a thread while the tables are computed from
     the evidence (no Ray needed there); run.json is written after both, with the shutdown's time. Each side
@@ -396,6 +423,14 @@ def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_
     assert out.returncode == 130, out.stderr[-2000:]
     raylet = int(out.stdout.split()[0])
     assert out.stdout == f"{raylet} "  # no teardown: the atexit handler did not run
+    # the kernel kills the fate-shared raylet as the driver ends, not before its exit status is read: seen
+    # "running" for an instant once under load
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(raylet) and time.monotonic() < deadline:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE:
+                break
+        time.sleep(0.05)
     assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE
 
 

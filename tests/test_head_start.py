@@ -291,3 +291,40 @@ def test_the_ingest_stage_takes_a_sample_over_while_the_head_start_still_has_ano
     adds = read_adds(RunDir(tmp_path / "run"))
     assert adds.height == info["dataset"]["chunks"] == adds.select("sample_id", "chunk_index").n_unique()
     assert info["head_start"]["ended"] == "handover" and info["head_start"]["samples"] == 2
+
+
+def test_a_prepared_head_start_reads_its_samples_and_sends_nothing_until_released(tmp_path, locomo_file):
+    """Prepared while the pre-flight's probe is out: its samples are read and checked, no Add is sent; once
+    released with the probe's lone latencies, its Adds go with the limit at 2 from the first (no probe of
+    its own). At a one-at-a-time participant the set-up after the probe's pass left it idle (issue 29)."""
+    run_dir = RunDir(tmp_path / "run")
+    inputs = _inputs(tmp_path, locomo_file)
+    with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "60", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               max_in_flight=8)
+        head = _head_start(samples_at_once=2).prepare(spec, inputs, run_dir)
+        _wait_for(lambda: head.ready == 2)
+        time.sleep(0.3)  # five Adds' time: one sent before the release would have arrived
+        assert (head.ready, server.stats()["n"].get("add", 0), journalled(run_dir)) == (2, 0, 0)
+        head.release({spec.add_url: 60.0, spec.search_url: 5.0})
+        _wait_for(lambda: journalled(run_dir) >= 4)
+        head.stop()
+        stats = server.stats()
+    assert stats["n"]["add"] == head.sent >= 4 and head.ended == "handover"
+    assert head._client.concurrency()["trajectory"][0] == [0, 2]  # seeded: two in flight from the first reply
+
+
+def test_a_head_start_stopped_before_its_release_sends_nothing(tmp_path, locomo_file):
+    """A failed pre-flight never releases the head start: stopped, it ends without an Add and says why."""
+    run_dir = RunDir(tmp_path / "run")
+    inputs = _inputs(tmp_path, locomo_file)
+    with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64") as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
+        head = _head_start().prepare(spec, inputs, run_dir)
+        _wait_for(lambda: head.ready == 2)
+        head.stop()
+        head.release({spec.add_url: 1.0})  # too late: stopped
+        time.sleep(0.2)
+        assert server.stats()["n"].get("add", 0) == 0
+    assert (head.sent, head.ended, head.running()) == (0, "stopped before the pre-flight passed", False)
+    assert journalled(run_dir) == 0

@@ -212,10 +212,25 @@ class ParticipantClient:
         # endpoint -> its parsed URL: aiohttp parses a str URL on every request (a URL object measured
         # cheaper: docs/benchmarks.md)
         self._targets: dict[str, URL] = {}
-        for url, latency_ms in (lone_latencies or {}).items():  # measured alone before: no probe of their own
-            self.limit.seed(self._target(url), latency_ms)
+        if lone_latencies:
+            self.seed(lone_latencies)
         self._stream_owner: dict[tuple, str] = {}  # (sample, user_id) -> token of the newest add_stream call
         self._acknowledged: dict[str, dict[str, Any]] = {}  # request_id -> outcome of its acknowledged Add
+
+    def seed(self, lone_latencies: dict[str, float]) -> None:
+        """Take ``lone_latencies`` (endpoint URL -> ms, measured alone: the class's ``lone_latencies``) before this
+        client's first request: each endpoint sends no probe of its own and the limit starts at 2. For a
+        client made before the pre-flight ended (:class:`aml_ray.run.head_start.HeadStart`); call it from
+        the client's event loop, before its first request."""
+        for url, latency_ms in lone_latencies.items():
+            self.limit.seed(self._target(url), latency_ms)
+        if lone_latencies:
+            self.limit.start_at(2)
+
+    def open(self) -> None:
+        """Make the connection pool and the senders now, in the running event loop, instead of at the first
+        request (which then has less to do)."""
+        self._ensure()
 
     def _ensure(self) -> aiohttp.ClientSession:
         # Created lazily inside the running event loop (aiohttp sessions bind to their loop).

@@ -35,7 +35,7 @@ from aml_ray.run.inputs import PipelineInputs, build_inputs, read_sample_files
 from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
 from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
-from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
+from aml_ray.run.preflight import PreflightFailed, PreflightReport, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
@@ -308,8 +308,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
 
     Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
     (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
-    theirs; then the head start, which sends the first Adds as soon as the pre-flight passed
-    (:func:`start_after_preflight`); then Ray, started in this thread; then the pre-flight's result. The
+    theirs; then the head start, made ready while the probe is out and released the moment it passed
+    (:meth:`~aml_ray.run.preflight.StartedPreflight.when_passed`); then Ray, started in this thread; then the pre-flight's result. The
     preparation runs alone before the Ray start, not beside it: on 2 cores, sharing the interpreter with
     ``import ray`` and the pipeline's imports delayed the run's first Add by 0.05-0.3 s after the probe
     (docs/benchmarks.md).
@@ -324,13 +324,15 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         if (starts_own_cluster() if cfg.head_start is None else cfg.head_start) else None
     totals = None if on_progress is None else (lambda: on_progress("totals", _progress_totals(cfg, inputs)))
     if head is not None:
-        def go() -> None:  # the pre-flight passed: the progress bars, then the first Adds
+        # its client and first samples are made ready while the probe is out; the probe's pass releases it
+        head.prepare(_with_media(cfg.participant, media), inputs, run_dir)
+
+        def go(report: PreflightReport) -> None:  # in the pre-flight's loop: the first Adds, then the bars
+            head.release(report.lone_latencies())
             if totals is not None:
                 totals()
-            head.start(_with_media(cfg.participant, media), inputs, run_dir,
-                       lone_latencies=probed.result().lone_latencies())
 
-        start_after_preflight(probed, go)
+        probed.when_passed(go)
     try:
         started_ray = _start_ray(num_cpus=num_cpus, timings=timings, command_t0=command_t0)
         try:
@@ -642,25 +644,6 @@ def _progress_totals(cfg: EvaluationConfig, inputs: PipelineInputs) -> dict[str,
     """The progress display's totals per stage (a retrieval-only run answers and judges nothing)."""
     model_total = 0 if cfg.retrieval_only else inputs.n_scorable
     return {"add": inputs.n_chunks, "search": inputs.n_scorable, "answer": model_total, "judge": model_total}
-
-
-def start_after_preflight(preflight: StartedPreflight, then: Callable[[], Any]) -> None:
-    """Call ``then`` once ``preflight`` passed, at once when it already has; never when it failed.
-
-    ``then`` runs in the pre-flight's thread (or in this one, when the pre-flight is over): the head start's
-    first Adds go the moment the probe's Search returns, whatever this thread is doing then (the Ray start).
-    An error ``then`` raises is kept out of the pre-flight's thread (the head start's own errors are its
-    ``ended``; the run's pipeline sends its Adds anyway).
-    """
-    def done(future: Future) -> None:
-        if future.cancelled() or future.exception() is not None:
-            return  # the run fails with the pre-flight's error (_preflight_passed)
-        try:
-            then()
-        except Exception:  # noqa: BLE001 - the head start is an optimisation: the pipeline sends every Add
-            pass
-
-    preflight.future.add_done_callback(done)
 
 
 def _start_ray(*, num_cpus: int | None, timings: dict[str, float], command_t0: float) -> bool:

@@ -73,40 +73,74 @@ class HeadStart:
         self._client: ParticipantClient | None = None
         self._handover_t: float | None = None
         self._thread: threading.Thread | None = None
+        # release(): the thread's loop and the event its samples wait on before their first Add
+        self._released = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._go: asyncio.Event | None = None
         self._t0 = 0.0
         self.sent = 0  # Adds sent and journalled by the head start
         self.failed = 0  # of them, not ok
         self.samples: set[str] = set()  # samples it sent an Add of
         self.journalled = 0  # Adds in the journals of the samples it looked at (earlier ones included)
+        self.ready = 0  # samples read and checked before the release (prepare)
         self.ended: str | None = None  # why it ended: "handover", "done" or the error that stopped it
         self.ran_s: float | None = None
         self.stop_wait_s: float | None = None
 
-    def start(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir, *,
-              lone_latencies: dict[str, float] | None = None) -> HeadStart:
-        """Start sending ``inputs``' first Adds to ``spec``'s participant in a daemon thread; returns ``self``.
+    def prepare(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir) -> HeadStart:
+        """Start its daemon thread now, with nothing sent until :meth:`release`; returns ``self``.
+
+        The thread makes the client and its connection pool, reads the first samples' files and checks
+        their first Adds, then waits: called while the pre-flight's probe is out, all of that is done by
+        the time it passes, and the first Add goes the moment :meth:`release` is called (issue 29: at a
+        one-at-a-time participant, the head start's set-up after the probe left it idle).
 
         Args:
             spec: the participant version (with the run's media limits for a multimodal run).
             inputs: the run's inputs (:func:`aml_ray.run.inputs.build_inputs`).
             run_dir: the run directory (the Add journals).
-            lone_latencies: the pre-flight probe's latencies (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`)
-                for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
-                until its first decision, so a stall of this process (the Ray start's imports hold the
-                interpreter for tens of milliseconds) finds the next Add already at the participant.
         """
         self.spec, self.inputs, self.run_dir = spec, inputs, run_dir
-        self.lone_latencies = lone_latencies
-        if self._stop.is_set():
+        if self._stop.is_set() or self._thread is not None:
             return self
         self._t0 = time.perf_counter()
         self._thread = threading.Thread(target=self._run, name="aml-ray-head-start", daemon=True)
         self._thread.start()
         return self
 
+    def release(self, lone_latencies: dict[str, float] | None = None) -> None:
+        """Let a prepared head start send (the pre-flight passed); thread-safe, returns at once.
+
+        Args:
+            lone_latencies: the pre-flight probe's latencies (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`)
+                for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
+                until its first decision, so a stall of this process (the Ray start's imports hold the
+                interpreter for tens of milliseconds) finds the next Add already at the participant.
+        """
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            self.lone_latencies = lone_latencies
+            loop = self._loop
+        if loop is not None:  # else its thread sees _released when its loop starts (_main)
+            try:
+                loop.call_soon_threadsafe(self._begin)
+            except RuntimeError:  # its loop has closed: the thread ended (stopped)
+                pass
+
+    def start(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir, *,
+              lone_latencies: dict[str, float] | None = None) -> HeadStart:
+        """:meth:`prepare` and :meth:`release` at once: start sending ``inputs``' first Adds now; returns ``self``."""
+        self.prepare(spec, inputs, run_dir)
+        self.release(lone_latencies)
+        return self
+
     def stop(self) -> None:
-        """Send no new Add and wait until the Adds in flight are journalled (the handover)."""
+        """Send no new Add and wait until the Adds in flight are journalled (the handover); a head start never
+        released ends without sending."""
         self._stop.set()
+        self._wake()
         if self._thread is None:
             return
         t = self._handover_t or time.perf_counter()
@@ -133,6 +167,7 @@ class HeadStart:
             self._stop.set()
             adding = sorted(self._adding)
             client = self._client
+        self._wake()
         state = None if client is None else {"limit": client.limit.allowed(), "lone_latencies": self.lone_latencies}
         return adding, state
 
@@ -156,20 +191,50 @@ class HeadStart:
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-            self.ended = self.ended or ("handover" if self._stop.is_set() else "done")
+            ended = ("handover" if self._released else "stopped before the pre-flight passed") \
+                if self._stop.is_set() else "done"
+            self.ended = self.ended or ended
         except Exception as exc:  # noqa: BLE001 - the Ingest stage sends the Add again and reports its error
             self.ended = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             self.ran_s = round(time.perf_counter() - self._t0, 3)
 
+    def _wake(self) -> None:
+        """Wake the samples waiting for :meth:`release` (they see the stop and end)."""
+        with self._lock:
+            loop, go = self._loop, self._go
+        if loop is not None and go is not None:
+            try:
+                loop.call_soon_threadsafe(go.set)
+            except RuntimeError:  # its loop has closed: the thread ended
+                pass
+
+    def _begin(self) -> None:
+        """In its loop, once (:meth:`release`): seed the client with the probe's latencies, then let the samples
+        send."""
+        if self._go is None or self._go.is_set():
+            return
+        if self.lone_latencies and not self._stop.is_set():
+            self._client.seed(self.lone_latencies)
+        self._go.set()
+
     async def _main(self) -> None:
-        client = self._client = ParticipantClient(self.spec, lone_latencies=self.lone_latencies)
+        go = asyncio.Event()
+        client = self._client = ParticipantClient(self.spec)
+        client.open()
+        with self._lock:
+            self._loop, self._go = asyncio.get_running_loop(), go
+            released = self._released
+        if released:
+            self._begin()
+        elif self._stop.is_set():
+            go.set()
         slots = asyncio.Semaphore(self.samples_at_once)
 
         async def one(path: str) -> None:
             async with slots:
                 if not self._stop.is_set():
-                    await self._sample(client, path)
+                    await self._sample(client, path, go)
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -180,20 +245,27 @@ class HeadStart:
         finally:
             await client.aclose()
 
-    async def _sample(self, client: ParticipantClient, path: str) -> None:
-        """One sample's Adds up to its first Streaming step, in order, each journalled as it returns."""
+    async def _sample(self, client: ParticipantClient, path: str, go: asyncio.Event) -> None:
+        """One sample's Adds up to its first Streaming step, in order, each journalled as it returns; read and
+        checked before ``go`` (:meth:`release`), sent after it."""
         table = read_sample_files([path])
         row = table.drop_columns(["questions"]).to_pylist()[0]
         sid = row["sample_id"]
         adds, meta = json.loads(row["adds_json"]), json.loads(row["add_meta_json"])
         steps = {s for s in sample_questions(table).column("step").to_pylist() if s is not None}
         first = segments(meta, steps)[0][0] if meta else []
+        ctx = media_context(self.spec.media)
+        requests = {p: AddRequest.model_validate(adds[p], context=ctx) for p in first}
+        journal = AddJournal(self.run_dir, sid)
+        done = {r["chunk_index"] for r in journal.rows()}
+        self.ready += 1
+        await go.wait()
         with self._lock:  # from here to its last Add's return, the sample is the head start's (hand_over)
             if self._stop.is_set():
                 return
             self._adding.add(sid)
         try:
-            await self._add_first(client, sid, first, adds, meta)
+            await self._add_first(client, sid, first, adds, meta, requests, journal, done)
         finally:
             with self._lock:
                 self._adding.discard(sid)
@@ -202,19 +274,18 @@ class HeadStart:
                 released(sid)
 
     async def _add_first(self, client: ParticipantClient, sid: str, first: list[int], adds: list[dict],
-                         meta: list[dict]) -> None:
-        """Sample ``sid``'s Adds at positions ``first``, in order, each journalled; the finished ones skipped."""
-        journal = AddJournal(self.run_dir, sid)
-        done = {r["chunk_index"] for r in journal.rows()}
+                         meta: list[dict], requests: dict[int, AddRequest], journal: AddJournal,
+                         done: set[int]) -> None:
+        """Sample ``sid``'s Adds at positions ``first`` (``requests``: each one's checked request), in order, each
+        journalled in ``journal``; those in ``done`` (chunk indexes already journalled) skipped."""
         self.journalled += len(done)
-        ctx = media_context(self.spec.media)
         for p in first:
             if self._stop.is_set():
                 return
             if meta[p]["chunk_index"] in done:
                 continue
             self.samples.add(sid)
-            outcome = await client.add(AddRequest.model_validate(adds[p], context=ctx))
+            outcome = await client.add(requests[p])
             journal.append(add_evidence_row(sid, adds[p], meta[p], outcome))
             self.sent += 1
             self.journalled += 1

@@ -13,7 +13,9 @@ request_id and body again, which an idempotent participant acknowledges without 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -110,7 +112,40 @@ async def _health(client: aiohttp.ClientSession, url: str, timeout_s: float) -> 
             "latency_ms": (time.perf_counter() - t0) * 1000, "error": None if 200 <= status < 300 else f"HTTP {status}"}
 
 
-async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> PreflightReport:
+class PassSignal:
+    """Calls registered callbacks once, with the :class:`PreflightReport`, the moment the probe's last step
+    succeeded (:meth:`StartedPreflight.when_passed`); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._report: PreflightReport | None = None
+        self._callbacks: list[Callable[[PreflightReport], Any]] = []
+
+    def add(self, callback: Callable[[PreflightReport], Any]) -> None:
+        """Call ``callback(report)`` when the pre-flight passes; at once, in this thread, when it already has."""
+        with self._lock:
+            if self._report is None:
+                self._callbacks.append(callback)
+                return
+            report = self._report
+        callback(report)
+
+    def fire(self, report: PreflightReport) -> None:
+        """The pre-flight passed: call every callback in this thread, once (a second call does nothing; an error
+        a callback raises is not the pre-flight's: it is dropped)."""
+        with self._lock:
+            if self._report is not None:  # fired already
+                return
+            self._report, callbacks, self._callbacks = report, self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback(report)
+            except Exception:  # noqa: BLE001 - a caller's optimisation must not fail the pre-flight
+                pass
+
+
+async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int,
+               passed: PassSignal | None = None) -> PreflightReport:
     user_id = f"eval:{run_id}:{dataset}:{PROBE_SAMPLE}"
     report = PreflightReport(user_id=user_id)
     t0 = time.perf_counter()
@@ -148,13 +183,17 @@ async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int) -> 
             if outcome["status"] != "ok":
                 hint = "" if outcome.get("http_status") else " (no HTTP reply: is the participant running and reachable there?)"
                 raise fail(step_name, url, (outcome["error"] or "failed") + hint)
+        if passed is not None:  # before this client closes: the run's head start sends at once (issue 29)
+            report.wall_s = round(time.perf_counter() - t0, 3)
+            passed.fire(report)
     finally:
         await client.aclose()
     report.wall_s = round(time.perf_counter() - t0, 3)
     return report
 
 
-def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100) -> PreflightReport:
+def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100,
+              passed: PassSignal | None = None) -> PreflightReport:
     """Check the participant before any Add of the run: health (when ``spec.health_url``), one Add, one Search.
 
     The Search must be a valid reply (any number of items up to Top K); whether it finds the probe is
@@ -164,6 +203,8 @@ def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 
         spec: the participant version (its secret stays in the client's headers, never in the report).
         run_id / dataset: name the probe's user_id.
         top_k: the run's Top K (the probe asks for at most 10).
+        passed: fired with the report the moment the last step succeeded, before the probe's client is
+            closed (:meth:`StartedPreflight.when_passed`).
 
     Returns:
         The :class:`PreflightReport` (for run.json).
@@ -172,7 +213,7 @@ def preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 
         PreflightFailed: naming the step, the URL and the cause, after at most
             :data:`PREFLIGHT_RETRY` ``.max_attempts`` attempts per request.
     """
-    return asyncio.run(_run(spec, run_id, dataset, top_k))
+    return asyncio.run(_run(spec, run_id, dataset, top_k, passed))
 
 
 @dataclass(frozen=True)
@@ -183,15 +224,27 @@ class StartedPreflight:
         run_id / dataset: the run it probes for (they name its user_id): :func:`aml_ray.run.evaluation.evaluate`
             refuses one started for another run.
         future: resolves to the :class:`PreflightReport`, or raises :class:`PreflightFailed`.
+        passed: the :class:`PassSignal` its thread fires when it passed (:meth:`when_passed`).
     """
 
     run_id: str
     dataset: str
     future: Future
+    passed: PassSignal = field(default_factory=PassSignal)
 
     def result(self) -> PreflightReport:
         """Wait for the pre-flight; raises :class:`PreflightFailed` as :func:`preflight` does."""
         return self.future.result()
+
+    def when_passed(self, callback: Callable[[PreflightReport], Any]) -> None:
+        """Call ``callback(report)`` once the pre-flight passed, never when it fails.
+
+        It runs in the pre-flight's thread, inside its event loop, the moment the probe's Search returned
+        and was checked, before the probe's client is closed and its thread ends (the future's own
+        callbacks come after both), or at once in the calling thread when it already passed. It must
+        return quickly (hand work to another thread); an error it raises is dropped.
+        """
+        self.passed.add(callback)
 
 
 def start_preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100) -> StartedPreflight:
@@ -205,8 +258,11 @@ def start_preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: 
     Args and errors: as :func:`preflight` (raised by :meth:`StartedPreflight.result`).
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-preflight")
+    passed = PassSignal()
     try:
-        return StartedPreflight(run_id, dataset, pool.submit(preflight, spec, run_id=run_id, dataset=dataset,
-                                                             top_k=top_k))
+        future = pool.submit(preflight, spec, run_id=run_id, dataset=dataset, top_k=top_k, passed=passed)
+        # fired already by the probe's coroutine; this covers a pre-flight function that does not fire it
+        future.add_done_callback(lambda f: None if f.cancelled() or f.exception() else passed.fire(f.result()))
+        return StartedPreflight(run_id, dataset, future, passed)
     finally:
         pool.shutdown(wait=False)
