@@ -601,3 +601,57 @@ def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_fi
         report="print(json.dumps([result.run_info['status'], seen]))\n",
         participant=("--latency-ms", "1", "--add-latency-ms", "20", "--capacity", "64"))
     assert reported == ["completed", ["numpy.random", "numpy.ma", "ray.dag", "pyarrow.dataset"]]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(tmp_path, locomo_file, monkeypatch):
+    """Issue 29, the run's tail: with the offline models in the Ingest actor, a sample's Searches go in parts
+    (``ANSWERED_PART_ROWS``) and each part is answered and judged as its Searches return, so answers are
+    counted while the sample's last Search is still held at the participant. Before, a sample was answered
+    only once its last Search had returned: the tail after the run's last Search held all of its rows'
+    answering (24-36 ms for 81-152 rows at a one-at-a-time participant)."""
+    import asyncio
+
+    from fastapi import FastAPI
+
+    from aml_ray.stages.ingest import ANSWERED_PART_ROWS
+    from scripts.loopback_servers import add_reply, search_reply
+    from tests.servers import ThreadServer
+
+    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: False, raising=False)  # the session's Ray
+    from aml_ray.datasets.registry import get_dataset
+    from aml_ray.ids import IdScheme
+    from aml_ray.run.inputs import build_inputs
+
+    cfg = config(tmp_path, locomo_file, "http://127.0.0.1:9")
+    first = get_dataset("locomo").load(locomo_file)[0]
+    inputs = build_inputs([first], IdScheme("count", "locomo"), out_dir=tmp_path / "count")
+    assert inputs.n_scorable > 2 * ANSWERED_PART_ROWS  # parts to answer before the last
+    expected_searches = inputs.n_scorable + 1  # and the pre-flight's
+    held, answered_while_held = threading.Event(), threading.Event()
+    searches: dict[str, object] = {"n": 0}
+    app = FastAPI()
+
+    @app.post("/add")
+    async def add(body: dict):
+        return add_reply(body)
+
+    @app.post("/search")
+    async def search(body: dict):
+        searches["n"] += 1
+        if searches["n"] == expected_searches:  # the sample's last Search: held until answers are counted
+            held.set()
+            searches["released by the answers"] = await asyncio.to_thread(answered_while_held.wait, GUARD_S)
+        return search_reply(body, 2)
+
+    def seen(kind: str, values: dict) -> None:
+        if kind == "done" and held.is_set() and values.get("answer", 0) >= ANSWERED_PART_ROWS:
+            answered_while_held.set()
+
+    with ThreadServer(app) as server:
+        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
+                               max_in_flight=2)
+        cfg.participant = spec
+        result = evaluate(cfg, on_progress=seen)
+    assert result.run_info["status"] == "completed"
+    assert searches == {"n": expected_searches, "released by the answers": True}

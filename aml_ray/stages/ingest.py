@@ -1,8 +1,9 @@
 """Ingest stage: one sample's Adds, in order, journalled one by one; then that sample's Searches.
 
 A sample's questions are searched as soon as its Adds are done, by the same task (DESIGN.md: "a
-sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call,
-and leave this stage searched. Search is not a Ray Data operator of its own: a separate Search stage
+sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call
+(in parts sent at once when the offline models run here: :data:`ANSWERED_PART_ROWS`), and leave this stage
+searched. Search is not a Ray Data operator of its own: a separate Search stage
 cost CPU per question (a second copy of every row through the object store and an actor) and an actor
 start (measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
 
@@ -20,10 +21,10 @@ are asked) are searched here, right after the Adds of their step returned and be
 sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming mode").
 
 Offline models (``offline_models``): when both the answer and the judge model are the embedded offline ones,
-they run here, on each task's rows, instead of as two Ray Data operators of their own: there is no model
-call to wait for (0.03 ms of CPU a question for the answer), while each of those operators cost an actor
-process and per-batch Ray Data work at full rate (3.1 and 1.3 ms of CPU a question against a
-one-at-a-time participant; docs/benchmarks.md). Their imports and the tokenizer load in a thread started
+they run here, on each part of a sample's rows as its Searches return, instead of as two Ray Data
+operators of their own: there is no model call to wait for (0.03 ms of CPU a question for the answer),
+while each of those operators cost an actor process and per-batch Ray Data work at full rate (3.1 and
+1.3 ms of CPU a question against a one-at-a-time participant; docs/benchmarks.md). Their imports and the tokenizer load in a thread started
 with the actor, beside its first Adds.
 """
 
@@ -52,6 +53,10 @@ from aml_ray.stages.search import search_rows
 #: (its size: the driver's calls that may wait at once, the hand-over's ``wait_wanted`` among them).
 PROGRESS_GROUP = "progress"
 PROGRESS_GROUP_SIZE = 4
+#: Questions per Search call of a sample when the offline models run in this actor: the calls go at once, and
+#: each part is answered and judged as soon as its Searches returned while the next part's are still out,
+#: so after the run's last Search only its part is left to answer (issue 29, the run's tail).
+ANSWERED_PART_ROWS = 32
 
 
 def add_evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +185,7 @@ class IngestStage:
             self._models_error = exc
 
     async def _answered_and_judged(self, table: pa.Table) -> pa.Table:
-        """A task's searched rows through the offline Answer and Judge stages (``offline_models``)."""
+        """Searched question rows through the offline Answer and Judge stages (``offline_models``)."""
         assert self._loading is not None
         if self._loading.is_alive():
             await asyncio.to_thread(self._loading.join)
@@ -290,8 +295,7 @@ class IngestStage:
             raise failed.exceptions[0] from None
         finally:
             self.progress.flush()
-        out = pa.concat_tables([t.result() for t in tasks])
-        return out if self._loading is None else await self._answered_and_judged(out)
+        return pa.concat_tables([t.result() for t in tasks])
 
     async def ingest(self, batch: pa.Table) -> pa.Table:
         """One task, as :meth:`__call__` runs it for Ray Data: the entry point of a plain Ray actor of this
@@ -330,6 +334,26 @@ class IngestStage:
         await self._count_searches(search, questions)
         return search
 
+    async def _searched(self, questions: pa.Table, media_root: str) -> pa.Table:
+        """``questions`` searched (:meth:`_search`) as question rows, answered and judged when the offline
+        models run here."""
+        rows = searched_questions(questions, await self._search(questions, media_root), final=self.final)
+        return rows if self._loading is None else await self._answered_and_judged(rows)
+
+    async def _searched_in_parts(self, questions: pa.Table, media_root: str) -> list[pa.Table]:
+        """:meth:`_searched` of ``questions``, in parts of :data:`ANSWERED_PART_ROWS` sent at once when the offline
+        models run here (each answered as its Searches return; the client serves them in the order sent),
+        else in one call. Returns the parts' rows in order."""
+        if self._loading is None or questions.num_rows <= ANSWERED_PART_ROWS:
+            return [await self._searched(questions, media_root)]
+        try:
+            async with asyncio.TaskGroup() as group:
+                parts = [group.create_task(self._searched(questions.slice(i, ANSWERED_PART_ROWS), media_root))
+                         for i in range(0, questions.num_rows, ANSWERED_PART_ROWS)]
+        except BaseExceptionGroup as failed:  # the first part's error, as one call raises it
+            raise failed.exceptions[0] from None
+        return [part.result() for part in parts]
+
     def _load(self, row: dict[str, Any]) -> dict[str, Any]:
         """The sample's input row from the task's row, its ``questions`` as a table (:func:`~aml_ray.run.inputs.sample_questions`)."""
         return {**row, "questions": sample_questions(pa.Table.from_pylist([row], schema=SAMPLE_INPUT_SCHEMA))}
@@ -352,7 +376,7 @@ class IngestStage:
         for i, step in enumerate(steps):
             if step is not None:
                 by_step.setdefault(step, []).append(i)
-        searched: list[tuple[list[int], pa.Table]] = []  # (question positions, their Search columns)
+        searched: list[pa.Table] = []  # question rows, a Streaming step's, then the others
         media_root = str(self.run_dir.media)
         n_done = len(done)
         self._journalled[sid] = n_done
@@ -363,14 +387,11 @@ class IngestStage:
             # the sample's total, not this run's share: a re-run sample (restarted actor, resume) counts once
             self.progress.total("add", sid, n_done)
             if step is not None:
-                asked = by_step[step]
-                searched.append((asked, await self._search(_take(questions, asked), media_root)))
+                searched.append(await self._searched(_take(questions, by_step[step]), media_root))
         asked = [i for i, step in enumerate(steps) if step is None]
-        searched.append((asked, await self._search(_take(questions, asked), media_root)))
+        searched.extend(await self._searched_in_parts(_take(questions, asked), media_root))
         self.progress.incr("search", len(steps))
-        order = [i for asked, _ in searched for i in asked]
-        return searched_questions(_take(questions, order), pa.concat_tables([table for _, table in searched]),
-                                  final=self.final)
+        return pa.concat_tables(searched)
 
 
 class IngestFromFiles(IngestStage):
