@@ -164,3 +164,33 @@ def test_suite_overall_table_keeps_a_long_skip_reason_whole():
     assert "…" not in text
     notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
     assert reason.replace(" ", "") in notes.replace(" ", "")
+
+
+@pytest.mark.parametrize("max_cells", [bootstrap.MAX_CELLS, 40 * 7])
+def test_intervals_of_several_columns_share_one_draw_per_length_and_equal_one_by_one(monkeypatch, max_cells):
+    """``mean_cis`` (the recall table's K columns of one category, issue 29's run tail): one index matrix per
+    length, the very intervals ``mean_ci`` gives each column alone, in blocks too; an empty column (None, None)."""
+    from aml_ray.scoring.bootstrap import mean_cis
+
+    monkeypatch.setattr(bootstrap, "MAX_CELLS", max_cells)
+    rng = np.random.default_rng(3)
+    columns = [rng.random(40), (rng.random(40) > 0.5).astype(float), [], rng.random(13), rng.random(40)]
+    assert mean_cis(columns) == [mean_ci(c) for c in columns]
+    assert mean_cis(columns)[2] == (None, None)
+    with pytest.raises(ValueError, match="NaN"):
+        mean_cis([[0.5, float("nan")]])
+
+
+def test_the_recall_table_intervals_are_each_columns_own(monkeypatch):
+    """The recall table's intervals, drawn once per category for every K, are those of each K's column alone."""
+    from aml_ray.scoring.evidence_recall import KS, recall_table
+
+    rng = np.random.default_rng(7)
+    rows = [{"question_id": f"q{i}", "category": str(i % 3), "n_evidence": 1, "n_unresolved": 0, "first_rank": 1,
+             **{f"recall@{k}": float(rng.random()) for k in KS}, **{f"recall_exact@{k}": 0.0 for k in KS}}
+            for i in range(30)]
+    table = recall_table(rows)
+    for entry in table:
+        members = [r for r in rows if entry["category"] in ("overall", r["category"])]
+        for k in KS:
+            assert (entry[f"recall@{k}_ci_low"], entry[f"recall@{k}_ci_high"]) == mean_ci([r[f"recall@{k}"] for r in members])

@@ -655,3 +655,29 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
         result = evaluate(cfg, on_progress=seen)
     assert result.run_info["status"] == "completed"
     assert searches == {"n": expected_searches, "released by the answers": True}
+
+
+def test_the_isolation_checks_index_is_built_while_the_pipeline_runs(tmp_path, locomo_file, monkeypatch):
+    """Issue 29, the run's tail: the index of who was sent what (every sample input's Adds) needs only the
+    inputs; it was built after the run's last Search (7 ms of a 2-sample LoCoMo run's tail). The scoring now
+    gets it ready-made, the same index it would build (the leak tests of tests/test_honest_outcomes.py run
+    with it too)."""
+    from aml_ray.reference.server import ReferenceServer
+
+    given: list[object] = []
+    checks = evaluation.memory_checks
+
+    def watched(samples, inputs, run_dir, index=None):
+        given.append(index)
+        if index is not None:
+            assert index == evaluation.adds_index(inputs)
+        return checks(samples, inputs, run_dir, index=index)
+
+    monkeypatch.setattr(evaluation, "memory_checks", watched)
+    with ReferenceServer(tmp_path / "ref") as ref:
+        cfg = config(tmp_path, locomo_file, "http://unused")
+        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        cfg.retrieval_only = True
+        info = evaluate(cfg).run_info
+    assert len(given) == 1 and given[0] is not None
+    assert info["status"] == "completed" and info["isolation"]["leaking_questions"] == 0

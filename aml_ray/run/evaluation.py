@@ -349,14 +349,17 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         totals()
     from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)
 
+    prebuilt: dict[str, Any] = {}  # the scoring's inputs made while the pipeline runs (absent: made then)
+
     def warm_after_head_start() -> None:
         # after the head start's thread ends: its Adds' turnarounds wait for the interpreter while the imports
         # hold it (46-63 ms idle at a one-at-a-time participant, 3 runs, against none without them)
         if head is not None:
             head.wait()
         warm_tail()
+        prebuilt["adds_index"] = adds_index(inputs)  # the isolation check's, off the run's tail (issue 29)
 
-    warm_in_background(warm_after_head_start, "aml-ray-warm-tail")
+    warming = warm_in_background(warm_after_head_start, "aml-ray-warm-tail")
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -390,10 +393,11 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             _shutdown_timed(timings)
         elif started_ray and not leave_cluster:
             stopping = _shutdown_beside(timings)
+    warming.join()  # its imports are the tail's first-use ones: never slower than making them again here
     try:
         return _score(cfg, questions, timings=timings, pipeline_report=pipeline_report, head=head, spec=spec,
                       run_dir=run_dir, samples=samples, inputs=inputs, info=info, command_t0=command_t0,
-                      stopping=stopping)
+                      stopping=stopping, leak_index=prebuilt.get("adds_index"))
     finally:
         if stopping is not None:
             stopping.result()
@@ -446,12 +450,13 @@ def _shutdown_timed(timings: dict[str, float]) -> None:
 
 def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str, float],
            pipeline_report: dict[str, Any], head: HeadStart | None, spec, run_dir: RunDir, samples,
-           inputs: PipelineInputs, info: dict[str, Any], command_t0: float, stopping: Future | None
-           ) -> EvaluationResult:
+           inputs: PipelineInputs, info: dict[str, Any], command_t0: float, stopping: Future | None,
+           leak_index=None) -> EvaluationResult:
     """The run's tables, outcome and run.json from its evidence (:func:`evaluate` after the pipeline).
 
     ``stopping`` (the Ray shutdown under way, :func:`_shutdown_beside`) is waited for before run.json is
-    written, so its time is in the run's ``timings``.
+    written, so its time is in the run's ``timings``. ``leak_index``: the isolation check's index of the
+    run's Adds (:func:`adds_index`), when built during the run.
     """
     import polars as pl
 
@@ -473,7 +478,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks, recall = memory_checks(samples, inputs, run_dir)
+        leaks, recall = memory_checks(samples, inputs, run_dir, index=leak_index)
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(
@@ -715,11 +720,24 @@ def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpo
     return out
 
 
-def memory_checks(samples, inputs, run_dir: RunDir) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def adds_index(inputs: PipelineInputs):
+    """Who was sent what in the run (:func:`aml_ray.run.isolation.index_adds` over every sample input's Adds),
+    for :func:`memory_checks`; it needs only the inputs, so a run builds it while its pipeline runs."""
+    def adds_by_user():
+        for path in inputs.sample_paths():
+            adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
+            if adds:
+                yield adds[0]["user_id"], adds
+
+    return index_adds(adds_by_user())
+
+
+def memory_checks(samples, inputs, run_dir: RunDir, index=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The run's isolation check and evidence recall, in one pass over its question evidence's memories.
 
-    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what) against each
-    question's memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
+    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what: ``index``, the
+    :func:`adds_index` of ``inputs`` when built beforehand, else built here) against each question's
+    memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
     (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
     and once for both: reading and converting them is most of either check's time with a participant that
     returns many (issue 29, the run's tail).
@@ -733,13 +751,7 @@ def memory_checks(samples, inputs, run_dir: RunDir) -> tuple[list[dict[str, Any]
 
     from aml_ray.scoring.evidence_recall import recall_rows, recall_table
 
-    def adds_by_user():
-        for path in inputs.sample_paths():
-            adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
-            if adds:
-                yield adds[0]["user_id"], adds
-
-    finder = LeakFinder(index_adds(adds_by_user()))
+    finder = LeakFinder(index if index is not None else adds_index(inputs))
 
     def checked(rows):
         for row in rows:

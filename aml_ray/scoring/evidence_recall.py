@@ -38,7 +38,7 @@ from statistics import median
 from typing import Any
 
 from aml_ray.datasets.base import Sample, turn_ids
-from aml_ray.scoring.bootstrap import mean_ci
+from aml_ray.scoring.bootstrap import mean_cis
 
 #: The K of recall@K (Top K is at most 100: the formal Top K).
 KS = (1, 5, 10, 25, 100)
@@ -218,8 +218,8 @@ def recall_table(rows: Sequence[dict[str, Any]], ks: Sequence[int] = KS) -> list
                                  "n_unresolved": sum(r["n_unresolved"] for r in members)}
         for name in [f"recall@{k}" for k in ks] + [f"recall_exact@{k}" for k in ks]:
             entry[name] = sum(r[name] for r in scored) / len(scored) if scored else None
-        for k in ks:
-            entry[f"recall@{k}_ci_low"], entry[f"recall@{k}_ci_high"] = mean_ci([r[f"recall@{k}"] for r in scored])
+        for k, ci in zip(ks, mean_cis([[r[f"recall@{k}"] for r in scored] for k in ks])):  # one draw for all K
+            entry[f"recall@{k}_ci_low"], entry[f"recall@{k}_ci_high"] = ci
         ranks = [r["first_rank"] for r in scored if r["first_rank"] is not None]
         entry["hit_share"] = len(ranks) / len(scored) if scored else None
         entry["median_first_rank"] = float(median(ranks)) if ranks else None
