@@ -243,12 +243,21 @@ def test_the_ray_shutdown_goes_beside_the_scoring(tmp_path, locomo_file, monkeyp
 
 
 
+def _retrieval_run_on_the_reference_system(tmp_path, locomo_file) -> dict:
+    """run.json's content of a retrieval-only run of the first LoCoMo sample against the reference BM25 system."""
+    from aml_ray.reference.server import ReferenceServer
+
+    with ReferenceServer(tmp_path / "ref") as ref:
+        cfg = config(tmp_path, locomo_file, "http://unused")
+        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
+        cfg.retrieval_only = True
+        return evaluate(cfg).run_info
+
+
 def test_the_scoring_reads_the_question_memories_once_for_isolation_and_recall(tmp_path, locomo_file, monkeypatch):
     """Issue 29, the run's tail: the isolation check and the evidence recall each read and converted every
     question's memories (two passes over the evidence; with the reference BM25 participant's 100 memories a
     question, most of ``_score``'s 0.73 s under cProfile). One pass now serves both, with the same results."""
-    from aml_ray.reference.server import ReferenceServer
-
     passes: list[tuple[str, ...]] = []
     read = evaluation.iter_question_memories
 
@@ -257,15 +266,12 @@ def test_the_scoring_reads_the_question_memories_once_for_isolation_and_recall(t
         return read(files, columns)
 
     monkeypatch.setattr(evaluation, "iter_question_memories", counted)
-    with ReferenceServer(tmp_path / "ref") as ref:
-        cfg = config(tmp_path, locomo_file, "http://unused")
-        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
-        cfg.retrieval_only = True
-        info = evaluate(cfg).run_info
+    info = _retrieval_run_on_the_reference_system(tmp_path, locomo_file)
     assert len(passes) == 1 and {"user_id", "sample_id", "memories"} <= set(passes[0])
     assert info["status"] == "completed" and info["isolation"] == {"leaking_questions": 0, "examples": []}
     overall = next(r for r in info["evidence_recall"]["table"] if r["category"] == "overall")
     assert overall["n"] > 100 and 0 < overall["recall@10"] <= 1
+
 
 def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
     """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS and the
@@ -662,8 +668,6 @@ def test_the_isolation_checks_index_is_built_while_the_pipeline_runs(tmp_path, l
     inputs; it was built after the run's last Search (7 ms of a 2-sample LoCoMo run's tail). The scoring now
     gets it ready-made, the same index it would build (the leak tests of tests/test_honest_outcomes.py run
     with it too)."""
-    from aml_ray.reference.server import ReferenceServer
-
     given: list[object] = []
     checks = evaluation.memory_checks
 
@@ -674,10 +678,6 @@ def test_the_isolation_checks_index_is_built_while_the_pipeline_runs(tmp_path, l
         return checks(samples, inputs, run_dir, index=index)
 
     monkeypatch.setattr(evaluation, "memory_checks", watched)
-    with ReferenceServer(tmp_path / "ref") as ref:
-        cfg = config(tmp_path, locomo_file, "http://unused")
-        cfg.participant = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
-        cfg.retrieval_only = True
-        info = evaluate(cfg).run_info
+    info = _retrieval_run_on_the_reference_system(tmp_path, locomo_file)
     assert len(given) == 1 and given[0] is not None
     assert info["status"] == "completed" and info["isolation"]["leaking_questions"] == 0
