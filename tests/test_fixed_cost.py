@@ -611,16 +611,17 @@ def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_fi
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(tmp_path, locomo_file, monkeypatch):
-    """Issue 29, the run's tail: with the offline models in the Ingest actor, a sample's Searches go in parts
-    (``ANSWERED_PART_ROWS``) and each part is answered and judged as its Searches return, so answers are
-    counted while the sample's last Search is still held at the participant. Before, a sample was answered
+    """Issue 29, the run's tail: with the offline models in the Ingest actor, a sample's last
+    ``ANSWERED_LAST_ROWS`` questions are searched in a call of their own, and the others are answered and
+    judged as their Searches return, so they are counted while the sample's last Search is still held at the
+    participant. Before, a sample was answered
     only once its last Search had returned: the tail after the run's last Search held all of its rows'
     answering (24-36 ms for 81-152 rows at a one-at-a-time participant)."""
     import asyncio
 
     from fastapi import FastAPI
 
-    from aml_ray.stages.ingest import ANSWERED_PART_ROWS
+    from aml_ray.stages.ingest import ANSWERED_LAST_ROWS
     from scripts.loopback_servers import add_reply, search_reply
     from tests.servers import ThreadServer
 
@@ -632,7 +633,7 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
     cfg = config(tmp_path, locomo_file, "http://127.0.0.1:9")
     first = get_dataset("locomo").load(locomo_file)[0]
     inputs = build_inputs([first], IdScheme("count", "locomo"), out_dir=tmp_path / "count")
-    assert inputs.n_scorable > 2 * ANSWERED_PART_ROWS  # parts to answer before the last
+    assert inputs.n_scorable > 2 * ANSWERED_LAST_ROWS  # a first part to answer before the last
     expected_searches = inputs.n_scorable + 1  # and the pre-flight's
     held, answered_while_held = threading.Event(), threading.Event()
     searches: dict[str, object] = {"n": 0}
@@ -651,7 +652,7 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
         return search_reply(body, 2)
 
     def seen(kind: str, values: dict) -> None:
-        if kind == "done" and held.is_set() and values.get("answer", 0) >= ANSWERED_PART_ROWS:
+        if kind == "done" and held.is_set() and values.get("answer", 0) >= inputs.n_scorable - ANSWERED_LAST_ROWS:
             answered_while_held.set()
 
     with ThreadServer(app) as server:

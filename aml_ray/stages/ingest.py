@@ -2,10 +2,10 @@
 
 A sample's questions are searched as soon as its Adds are done, by the same task (DESIGN.md: "a
 sample's questions enter Search as soon as that sample's Adds are done"), in one ParticipantClient call
-(in parts sent at once when the offline models run here: :data:`ANSWERED_PART_ROWS`), and leave this stage
-searched. Search is not a Ray Data operator of its own: a separate Search stage
-cost CPU per question (a second copy of every row through the object store and an actor) and an actor
-start (measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
+(in two, sent at once, when the offline models run here: :data:`ANSWERED_LAST_ROWS`), and leave this
+stage searched. Search is not a Ray Data operator of its own: a separate Search stage cost CPU per
+question (a second copy of every row through the object store and an actor) and an actor start
+(measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
 
 Head start (:mod:`aml_ray.run.head_start`): on a cluster of its own, the driver sends the first Adds while
 Ray starts; before its first sample this stage waits for them to be journalled
@@ -21,7 +21,7 @@ are asked) are searched here, right after the Adds of their step returned and be
 sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming mode").
 
 Offline models (``offline_models``): when both the answer and the judge model are the embedded offline ones,
-they run here, on each part of a sample's rows as its Searches return, instead of as two Ray Data
+they run here, on each of a sample's two parts as its Searches return, instead of as two Ray Data
 operators of their own: there is no model call to wait for (0.03 ms of CPU a question for the answer),
 while each of those operators cost an actor process and per-batch Ray Data work at full rate (3.1 and
 1.3 ms of CPU a question against a one-at-a-time participant; docs/benchmarks.md). Their imports and the tokenizer load in a thread started
@@ -53,10 +53,11 @@ from aml_ray.stages.search import search_rows
 #: (its size: the driver's calls that may wait at once, the hand-over's ``wait_wanted`` among them).
 PROGRESS_GROUP = "progress"
 PROGRESS_GROUP_SIZE = 4
-#: Questions per Search call of a sample when the offline models run in this actor: the calls go at once, and
-#: each part is answered and judged as soon as its Searches returned while the next part's are still out,
-#: so after the run's last Search only its part is left to answer (issue 29, the run's tail).
-ANSWERED_PART_ROWS = 32
+#: When the offline models run in this actor, a sample's last questions, this many, are searched in a call of
+#: their own, sent with the call of the others: the others are answered and judged while these Searches are
+#: still out, so after the run's last Search only these rows are left to answer (issue 29, the run's tail).
+#: One call more per sample, not one per part: each costs the client and Ingest actors CPU.
+ANSWERED_LAST_ROWS = 16
 
 
 def add_evidence_row(sample_id: str, add: dict[str, Any], meta: dict[str, Any], o: dict[str, Any]) -> dict[str, Any]:
@@ -341,15 +342,17 @@ class IngestStage:
         return rows if self._loading is None else await self._answered_and_judged(rows)
 
     async def _searched_in_parts(self, questions: pa.Table, media_root: str) -> list[pa.Table]:
-        """:meth:`_searched` of ``questions``, in parts of :data:`ANSWERED_PART_ROWS` sent at once when the offline
-        models run here (each answered as its Searches return; the client serves them in the order sent),
-        else in one call. Returns the parts' rows in order."""
-        if self._loading is None or questions.num_rows <= ANSWERED_PART_ROWS:
+        """:meth:`_searched` of ``questions``: when the offline models run here, in two calls sent at once, the
+        last :data:`ANSWERED_LAST_ROWS` questions in the second (the first part is answered while those are
+        out; the client serves the calls in the order sent), else in one call. Returns the parts' rows in
+        order."""
+        if self._loading is None or questions.num_rows <= ANSWERED_LAST_ROWS:
             return [await self._searched(questions, media_root)]
+        split = questions.num_rows - ANSWERED_LAST_ROWS
         try:
             async with asyncio.TaskGroup() as group:
-                parts = [group.create_task(self._searched(questions.slice(i, ANSWERED_PART_ROWS), media_root))
-                         for i in range(0, questions.num_rows, ANSWERED_PART_ROWS)]
+                parts = [group.create_task(self._searched(part, media_root))
+                         for part in (questions.slice(0, split), questions.slice(split))]
         except BaseExceptionGroup as failed:  # the first part's error, as one call raises it
             raise failed.exceptions[0] from None
         return [part.result() for part in parts]
