@@ -263,17 +263,21 @@ async def test_a_client_seeded_with_the_preflights_latencies_starts_at_two_in_fl
 
     peaks = {}
     with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "150", "--capacity", "64") as server:
-        for seeded in (False, True):
+        for seeded in ("no", "made with them", "after open"):
             server.reset()
             spec = _spec(server, 64)
-            client = ParticipantClient(spec, lone_latencies={spec.add_url: 150.0} if seeded else None)
+            client = ParticipantClient(spec, lone_latencies={spec.add_url: 150.0} if seeded == "made with them" else None)
+            if seeded == "after open":  # the head start's: its senders run, parked at the limit of 1, when seeded
+                client.open()
+                await asyncio.sleep(0.05)
+                client.seed({spec.add_url: 150.0})
             try:
                 outs = await asyncio.gather(*adds(client))
             finally:
                 await client.aclose()
             assert [o["status"] for o in outs] == ["ok", "ok"]
             peaks[seeded] = server.stats()["max_in_flight"]
-    assert peaks == {False: 1, True: 2}
+    assert peaks == {"no": 1, "made with them": 2, "after open": 2}
 
 
 async def test_slots_held_back_for_another_clients_requests_keep_the_declared_limit_across_both():

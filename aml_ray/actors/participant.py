@@ -226,6 +226,8 @@ class ParticipantClient:
             self.limit.seed(self._target(url), latency_ms)
         if lone_latencies:
             self.limit.start_at(2)
+            if self._parked:  # senders already waiting at the limit of 1 (open): the second may send now
+                self._unpark()
 
     def open(self) -> None:
         """Make the connection pool and the senders now, in the running event loop, instead of at the first
