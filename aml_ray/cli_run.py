@@ -294,10 +294,10 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
         elif answer.offline or judge.offline:
             console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
                           "answerer and lexical judge (not official models).[/]")
-        # redrawn twice a second, as often as the counts arrive (run_pipeline polls at 2 Hz): rich's default
+        # redrawn once a second, as often as the counts arrive (run_pipeline.PROGRESS_POLL_S): rich's default
         # 10 redraws a second cost the driver CPU beside the participant client (docs/benchmarks.md, issue 29)
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False, refresh_per_second=2) as progress:
+                      TimeElapsedColumn(), console=console, transient=False, refresh_per_second=1) as progress:
             tasks: dict[str, int] = {}
 
             def on_progress(kind: str, values: dict[str, int]) -> None:

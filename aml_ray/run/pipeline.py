@@ -147,6 +147,12 @@ def _ingest_actor(ingest_kwargs: dict[str, Any], *, in_flight: int, scheduling: 
     return remote_class.options(**options).remote(**ingest_kwargs)
 
 
+#: Seconds between two reads of the run's progress for ``on_progress`` (a Ray call into the actor that holds
+#: the tracker, CPU in both processes while the participant works; issue 29's CPU per question): once a
+#: second, as often as the command line redraws its bars.
+PROGRESS_POLL_S = 1.0
+
+
 class ProgressOnIngest:
     """The driver's handle on the tracker a single-stage Ingest actor holds (``progress_here``): called as a
     :class:`~aml_ray.run.progress.ProgressTracker` actor is (``tracker.snapshot.remote()``), each call runs
@@ -389,7 +395,7 @@ def run_pipeline(
     poller = None
     if on_progress is not None:
         def poll() -> None:
-            while not stop.wait(0.5):
+            while not stop.wait(PROGRESS_POLL_S):
                 snapshot = _snapshot(tracker)
                 if snapshot is None:  # the tracker's actor is gone: the run's own error says why
                     return
