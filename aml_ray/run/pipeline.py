@@ -305,7 +305,7 @@ def run_pipeline(
         scorer: the dataset's scoring contract (:mod:`aml_ray.stages.scorers`).
         top_k: Top K sent with every Search.
         options: throughput knobs.
-        on_progress: called about twice a second with ``{stage: done}`` counts.
+        on_progress: called about once a second (:data:`PROGRESS_POLL_S`) with ``{stage: done}`` counts.
         media_root / image_tokens: Multimodal: the run's media folder and the context cost of an image
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
         retrieval_only: Add and Search only, no Answer or Judge (no model is called): each question
