@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
 import pytest
 
 import aml_ray.run.evaluation as evaluation
@@ -254,23 +255,53 @@ def _retrieval_run_on_the_reference_system(tmp_path, locomo_file) -> dict:
         return evaluate(cfg).run_info
 
 
-def test_the_scoring_reads_the_question_memories_once_for_isolation_and_recall(tmp_path, locomo_file, monkeypatch):
+def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_the_evidence(tmp_path, locomo_file,
+                                                                                           monkeypatch):
     """Issue 29, the run's tail: the isolation check and the evidence recall each read and converted every
     question's memories (two passes over the evidence; with the reference BM25 participant's 100 memories a
-    question, most of ``_score``'s 0.73 s under cProfile). One pass now serves both, with the same results."""
+    question, most of ``_score``'s 0.73 s under cProfile); then one pass served both, after the pipeline
+    (1.0 s of the README's LoCoMo run's tail). Now a fresh run makes that pass along with the pipeline, on
+    each table the driver receives (``RunningChecks``), and reads no evidence file for it; its leaks, recall
+    table and ``recall.parquet`` are those of the pass over the evidence files. A pass that failed in the
+    checks' thread is made again from the files."""
+    import pyarrow.parquet as pq
+
+    import aml_ray.run.memory_checks as checks_module
+    from aml_ray.datasets.registry import get_dataset
+    from aml_ray.ids import IdScheme
+    from aml_ray.run.evidence import RunDir
+    from aml_ray.run.inputs import build_inputs
+
     passes: list[tuple[str, ...]] = []
-    read = evaluation.iter_question_memories
+    fed: list[int] = []
+    read, feed = checks_module.iter_question_memories, checks_module.RunningChecks.feed
 
     def counted(files, columns=("question_id", "user_id", "memories")):
         passes.append(tuple(columns))
         return read(files, columns)
 
-    monkeypatch.setattr(evaluation, "iter_question_memories", counted)
+    def counted_feed(self, table):
+        fed.append(table.num_rows)
+        return feed(self, table)
+
+    monkeypatch.setattr(checks_module, "iter_question_memories", counted)
+    monkeypatch.setattr(checks_module.RunningChecks, "feed", counted_feed)
     info = _retrieval_run_on_the_reference_system(tmp_path, locomo_file)
-    assert len(passes) == 1 and {"user_id", "sample_id", "memories"} <= set(passes[0])
+    assert passes == [] and sum(fed) == info["dataset"]["scorable_questions"]
     assert info["status"] == "completed" and info["isolation"] == {"leaking_questions": 0, "examples": []}
     overall = next(r for r in info["evidence_recall"]["table"] if r["category"] == "overall")
     assert overall["n"] > 100 and 0 < overall["recall@10"] <= 1
+    run_dir = RunDir(tmp_path / "run")
+    along = pq.read_table(run_dir.recall)
+    samples = get_dataset("locomo").load(locomo_file)[:1]
+    inputs = build_inputs(samples, IdScheme(info["run_id"], "locomo"), out_dir=tmp_path / "inputs-again")
+    leaks, table = checks_module.memory_checks(samples, inputs, run_dir)  # the pass over the files
+    assert len(passes) == 1 and {"user_id", "sample_id", "memories"} <= set(passes[0])
+    assert (leaks, table) == ([], info["evidence_recall"]["table"]) and pq.read_table(run_dir.recall).equals(along)
+    failing = checks_module.RunningChecks(samples, inputs)
+    failing.feed(pa.table({"not_a_question_column": [1]}))
+    assert failing.finish(samples, inputs, run_dir) == ([], info["evidence_recall"]["table"])
+    assert len(passes) == 2  # made again from the files
 
 
 def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
@@ -662,23 +693,3 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
         result = evaluate(cfg, on_progress=seen)
     assert result.run_info["status"] == "completed"
     assert searches == {"n": expected_searches, "released by the answers": True}
-
-
-def test_the_isolation_checks_index_is_built_while_the_pipeline_runs(tmp_path, locomo_file, monkeypatch):
-    """Issue 29, the run's tail: the index of who was sent what (every sample input's Adds) needs only the
-    inputs; it was built after the run's last Search (7 ms of a 2-sample LoCoMo run's tail). The scoring now
-    gets it ready-made, the same index it would build (the leak tests of tests/test_honest_outcomes.py run
-    with it too)."""
-    given: list[object] = []
-    checks = evaluation.memory_checks
-
-    def watched(samples, inputs, run_dir, index=None):
-        given.append(index)
-        if index is not None:
-            assert index == evaluation.adds_index(inputs)
-        return checks(samples, inputs, run_dir, index=index)
-
-    monkeypatch.setattr(evaluation, "memory_checks", watched)
-    info = _retrieval_run_on_the_reference_system(tmp_path, locomo_file)
-    assert len(given) == 1 and given[0] is not None
-    assert info["status"] == "completed" and info["isolation"]["leaking_questions"] == 0

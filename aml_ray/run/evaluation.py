@@ -31,8 +31,8 @@ from aml_ray.datasets.registry import get_dataset
 from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
-from aml_ray.run.inputs import PipelineInputs, build_inputs, read_sample_files
-from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
+from aml_ray.run.inputs import PipelineInputs, build_inputs
+from aml_ray.run.memory_checks import RunningChecks, memory_checks
 from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
 from aml_ray.run.preflight import PreflightFailed, PreflightReport, StartedPreflight, start_preflight
@@ -349,17 +349,17 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         totals()
     from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)
 
-    prebuilt: dict[str, Any] = {}  # the scoring's inputs made while the pipeline runs (absent: made then)
-
     def warm_after_head_start() -> None:
         # after the head start's thread ends: its Adds' turnarounds wait for the interpreter while the imports
         # hold it (46-63 ms idle at a one-at-a-time participant, 3 runs, against none without them)
         if head is not None:
             head.wait()
         warm_tail()
-        prebuilt["adds_index"] = adds_index(inputs)  # the isolation check's, off the run's tail (issue 29)
 
     warming = warm_in_background(warm_after_head_start, "aml-ray-warm-tail")
+    # the memories' checks go along with the pipeline (aml_ray.run.memory_checks); a resumed run's evidence also
+    # holds earlier attempts' rows: its checks read the files after the pipeline
+    running = None if "resumed_at" in info else RunningChecks(samples, inputs)
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -374,7 +374,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             participant_key=cfg.participant_key,
             retrieval_only=cfg.retrieval_only, report=pipeline_report,
             private_cluster=started_ray and is_local_address(),  # a cluster of its own: nothing to share
-            head_start=head,
+            head_start=head, on_rows=running.feed if running is not None else None,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
@@ -387,6 +387,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     finally:
         if head is not None:
             head.stop()
+        if running is not None and sys.exc_info()[0] is not None:
+            running.close()
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
         stopping = None
         if started_ray and sys.exc_info()[0] is not None:  # the run stopped: Ray is down before the error goes up
@@ -397,7 +399,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     try:
         return _score(cfg, questions, timings=timings, pipeline_report=pipeline_report, head=head, spec=spec,
                       run_dir=run_dir, samples=samples, inputs=inputs, info=info, command_t0=command_t0,
-                      stopping=stopping, leak_index=prebuilt.get("adds_index"))
+                      stopping=stopping, running=running)
     finally:
         if stopping is not None:
             stopping.result()
@@ -451,12 +453,12 @@ def _shutdown_timed(timings: dict[str, float]) -> None:
 def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str, float],
            pipeline_report: dict[str, Any], head: HeadStart | None, spec, run_dir: RunDir, samples,
            inputs: PipelineInputs, info: dict[str, Any], command_t0: float, stopping: Future | None,
-           leak_index=None) -> EvaluationResult:
+           running: RunningChecks | None = None) -> EvaluationResult:
     """The run's tables, outcome and run.json from its evidence (:func:`evaluate` after the pipeline).
 
     ``stopping`` (the Ray shutdown under way, :func:`_shutdown_beside`) is waited for before run.json is
-    written, so its time is in the run's ``timings``. ``leak_index``: the isolation check's index of the
-    run's Adds (:func:`adds_index`), when built during the run.
+    written, so its time is in the run's ``timings``. ``running``: the memories' checks made along with the
+    pipeline (:class:`~aml_ray.run.memory_checks.RunningChecks`); None: made here from the evidence files.
     """
     import polars as pl
 
@@ -478,7 +480,8 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks, recall = memory_checks(samples, inputs, run_dir, index=leak_index)
+        leaks, recall = running.finish(samples, inputs, run_dir) if running is not None else \
+            memory_checks(samples, inputs, run_dir)
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(
@@ -718,52 +721,6 @@ def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpo
         at = rows.join(wanted, on=["sample_id", "step"], how="semi").drop("sample_id", "step")
         out.append({"fraction": f, "table": table_of(at).to_dicts()})
     return out
-
-
-def adds_index(inputs: PipelineInputs):
-    """Who was sent what in the run (:func:`aml_ray.run.isolation.index_adds` over every sample input's Adds),
-    for :func:`memory_checks`; it needs only the inputs, so a run builds it while its pipeline runs."""
-    def adds_by_user():
-        for path in inputs.sample_paths():
-            adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
-            if adds:
-                yield adds[0]["user_id"], adds
-
-    return index_adds(adds_by_user())
-
-
-def memory_checks(samples, inputs, run_dir: RunDir, index=None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The run's isolation check and evidence recall, in one pass over its question evidence's memories.
-
-    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what: ``index``, the
-    :func:`adds_index` of ``inputs`` when built beforehand, else built here) against each question's
-    memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
-    (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
-    and once for both: reading and converting them is most of either check's time with a participant that
-    returns many (issue 29, the run's tail).
-
-    Returns:
-        ``(leaks, recall table)``: one dict per question that got a memory of another user_id (empty when
-        isolation held), and the per-category recall table
-        (:func:`aml_ray.scoring.evidence_recall.recall_table`).
-    """
-    import pyarrow as pa
-
-    from aml_ray.scoring.evidence_recall import recall_rows, recall_table
-
-    finder = LeakFinder(index if index is not None else adds_index(inputs))
-
-    def checked(rows):
-        for row in rows:
-            finder.check(row)
-            yield row
-
-    files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
-    columns = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories")
-    rows = list(recall_rows(samples, checked(iter_question_memories(files, columns))))
-    write_parquet_atomic(pa.Table.from_pylist(rows) if rows else pa.table({"question_id": pa.array([], pa.string())}),
-                         run_dir.recall)
-    return finder.leaks, recall_table(rows)
 
 
 @dataclass

@@ -287,6 +287,7 @@ def run_pipeline(
     report: dict | None = None,
     private_cluster: bool = False,
     head_start: HeadStart | None = None,
+    on_rows: Callable[[pa.Table], None] | None = None,
 ) -> pl.DataFrame:
     """Run the job (Ray Data stages, or one Ingest actor for a single-stage job) and write question
     evidence; Ray must be initialised.
@@ -324,6 +325,9 @@ def run_pipeline(
         head_start: the driver's head start, sending Adds since before Ray started
             (:mod:`aml_ray.run.head_start`): stopped when the Ingest stage asks to take over (or when the
             pipeline ends first), so one client sends the participant's traffic at a time.
+        on_rows: called with each output table of question rows as the driver receives it (the rows it
+            writes as evidence, in that order), from this thread: it must return quickly
+            (:class:`aml_ray.run.memory_checks.RunningChecks`).
 
     Returns:
         Every question row of the run's evidence (scored and excluded, including a resumed run's earlier
@@ -406,6 +410,8 @@ def run_pipeline(
     try:
         for batch in outputs:
             buffered.append(batch)
+            if on_rows is not None:
+                on_rows(batch)
     except Exception as exc:  # Ray Data wraps stage errors as text; the tracker kept the structured cause
         try:
             failure = ray.get(tracker.failure.remote(), timeout=10)

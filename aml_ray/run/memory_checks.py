@@ -1,0 +1,136 @@
+"""The run's checks of the memories its participant returned: isolation (a memory of another user_id) and
+evidence recall, in one pass over each question's memories.
+
+:func:`memory_checks` reads them from the run's question evidence after the pipeline. :class:`RunningChecks`
+does the same pass while the pipeline runs, fed each output table as the driver receives it (the rows it
+writes as evidence), in a thread of its own, so that after the run's last Search only the last tables are
+left to check: with the reference BM25 system's 100 memories a question, the pass over LoCoMo's 1,540
+questions took 1.0 s of the run's tail (issue 29, docs/benchmarks.md). A resumed run, whose evidence holds
+rows of earlier attempts, reads the files instead.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from aml_ray.run.evidence import RunDir, as_question_table, write_parquet_atomic
+from aml_ray.run.inputs import PipelineInputs, read_sample_files
+from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
+
+#: The question evidence columns both checks read.
+COLUMNS = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories")
+
+Checked = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+"""``(leaks, recall table)``: one dict per question that got a memory of another user_id (empty when isolation
+held), and the per-category recall table (:func:`aml_ray.scoring.evidence_recall.recall_table`)."""
+
+
+def adds_index(inputs: PipelineInputs):
+    """Who was sent what in the run (:func:`aml_ray.run.isolation.index_adds` over every sample input's Adds),
+    for the isolation check."""
+    def adds_by_user():
+        for path in inputs.sample_paths():
+            adds = json.loads(read_sample_files([path]).column("adds_json")[0].as_py())
+            if adds:
+                yield adds[0]["user_id"], adds
+
+    return index_adds(adds_by_user())
+
+
+def _check(samples, inputs: PipelineInputs, rows: Iterable[dict[str, Any]], index=None
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(leaks, recall rows)`` of ``rows`` (:data:`COLUMNS`), in one pass."""
+    from aml_ray.scoring.evidence_recall import recall_rows
+
+    finder = LeakFinder(index if index is not None else adds_index(inputs))
+
+    def checked(rows):
+        for row in rows:
+            finder.check(row)
+            yield row
+
+    return finder.leaks, list(recall_rows(samples, checked(rows)))
+
+
+def _written(run_dir: RunDir, leaks: list[dict[str, Any]], recall: list[dict[str, Any]]) -> Checked:
+    """Write the per-question recall rows to ``evidence/recall.parquet``; the leaks and the recall table."""
+    from aml_ray.scoring.evidence_recall import recall_table
+
+    write_parquet_atomic(pa.Table.from_pylist(recall) if recall else pa.table({"question_id": pa.array([], pa.string())}),
+                         run_dir.recall)
+    return leaks, recall_table(recall)
+
+
+def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir, index=None) -> Checked:
+    """The run's isolation check and evidence recall, in one pass over its question evidence's memories.
+
+    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what: ``index``, the
+    :func:`adds_index` of ``inputs`` when built beforehand, else built here) against each question's
+    memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
+    (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
+    and once for both: reading and converting them is most of either check's time with a participant that
+    returns many (issue 29, the run's tail).
+
+    Returns:
+        :data:`Checked`.
+    """
+    files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
+    return _written(run_dir, *_check(samples, inputs, iter_question_memories(files, COLUMNS), index))
+
+
+class RunningChecks:
+    """:func:`memory_checks` done while the pipeline runs: :meth:`feed` each output table as the driver receives
+    it (a fresh run's evidence is exactly those tables, in that order), :meth:`finish` after the pipeline.
+
+    The pass runs in a daemon thread, one table after another; the index of who was sent what is built
+    there first. The results equal :func:`memory_checks`' over the evidence files: the same rows in the same
+    order (the excluded questions' rows, written first, have no memories and no recall row).
+
+    Args:
+        samples / inputs: the run's samples and inputs.
+    """
+
+    def __init__(self, samples, inputs: PipelineInputs):
+        self._tables: queue.SimpleQueue[pa.Table | None] = queue.SimpleQueue()
+        self._result: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(samples, inputs), name="aml-ray-memory-checks",
+                                        daemon=True)
+        self._thread.start()
+
+    def feed(self, table: pa.Table) -> None:
+        """Check ``table``'s rows (question rows: :data:`aml_ray.run.evidence.QUESTION_SCHEMA`'s columns) in the
+        checks' thread; returns at once."""
+        self._tables.put(table)
+
+    def close(self) -> None:
+        """No more tables: the thread ends once it has checked those fed (idempotent)."""
+        self._tables.put(None)
+
+    def finish(self, samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
+        """Wait for the tables fed, write ``evidence/recall.parquet``; :func:`memory_checks`' result.
+
+        Raises what :func:`memory_checks` raises: when the pass in the thread failed, it is made again over the
+        evidence files.
+        """
+        self.close()
+        self._thread.join()
+        if self._result is None:  # the thread's pass failed: the evidence files are the record
+            return memory_checks(samples, inputs, run_dir)
+        return _written(run_dir, *self._result)
+
+    def _rows(self) -> Iterator[dict[str, Any]]:
+        while (table := self._tables.get()) is not None:
+            yield from as_question_table(table).select(list(COLUMNS)).to_pylist()
+
+    def _run(self, samples, inputs: PipelineInputs) -> None:
+        try:
+            self._result = _check(samples, inputs, self._rows())
+        except BaseException as exc:  # noqa: BLE001 - finish() makes the pass again from the files
+            self._error = exc
