@@ -300,7 +300,7 @@ def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_th
     assert (leaks, table) == ([], info["evidence_recall"]["table"]) and pq.read_table(run_dir.recall).equals(along)
     failing = checks_module.RunningChecks(samples, inputs)
     failing.feed(pa.table({"not_a_question_column": [1]}))
-    assert failing.finish(samples, inputs, run_dir) == ([], info["evidence_recall"]["table"])
+    assert failing.finish(run_dir) == ([], info["evidence_recall"]["table"])
     assert len(passes) == 2  # made again from the files
 
 

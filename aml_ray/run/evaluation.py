@@ -309,10 +309,10 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
     (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
     theirs; then the head start, made ready while the probe is out and released the moment it passed
-    (:meth:`~aml_ray.run.preflight.StartedPreflight.when_passed`); then Ray, started in this thread; then the pre-flight's result. The
-    preparation runs alone before the Ray start, not beside it: on 2 cores, sharing the interpreter with
-    ``import ray`` and the pipeline's imports delayed the run's first Add by 0.05-0.3 s after the probe
-    (docs/benchmarks.md).
+    (:meth:`~aml_ray.run.preflight.StartedPreflight.when_passed`); then Ray, started in this thread; then the
+    pre-flight's result. The preparation runs alone before the Ray start, not beside it: on 2 cores,
+    sharing the interpreter with ``import ray`` and the pipeline's imports delayed the run's first Add by
+    0.05-0.3 s after the probe (docs/benchmarks.md).
     """
     timings: dict[str, float] = {}
     t_prepare = time.perf_counter()
@@ -480,8 +480,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks, recall = running.finish(samples, inputs, run_dir) if running is not None else \
-            memory_checks(samples, inputs, run_dir)
+        leaks, recall = running.finish(run_dir) if running is not None else memory_checks(samples, inputs, run_dir)
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(

@@ -112,8 +112,8 @@ class HeadStart:
         """Let a prepared head start send (the pre-flight passed); thread-safe, returns at once.
 
         Args:
-            lone_latencies: the pre-flight probe's latencies (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`)
-                for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
+            lone_latencies: the pre-flight probe's latencies
+                (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`) for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
                 until its first decision, so a stall of this process (the Ray start's imports hold the
                 interpreter for tens of milliseconds) finds the next Add already at the participant.
         """

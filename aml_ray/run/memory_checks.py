@@ -43,12 +43,12 @@ def adds_index(inputs: PipelineInputs):
     return index_adds(adds_by_user())
 
 
-def _check(samples, inputs: PipelineInputs, rows: Iterable[dict[str, Any]], index=None
+def _check(samples, inputs: PipelineInputs, rows: Iterable[dict[str, Any]]
            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(leaks, recall rows)`` of ``rows`` (:data:`COLUMNS`), in one pass."""
     from aml_ray.scoring.evidence_recall import recall_rows
 
-    finder = LeakFinder(index if index is not None else adds_index(inputs))
+    finder = LeakFinder(adds_index(inputs))
 
     def checked(rows):
         for row in rows:
@@ -62,18 +62,17 @@ def _written(run_dir: RunDir, leaks: list[dict[str, Any]], recall: list[dict[str
     """Write the per-question recall rows to ``evidence/recall.parquet``; the leaks and the recall table."""
     from aml_ray.scoring.evidence_recall import recall_table
 
-    write_parquet_atomic(pa.Table.from_pylist(recall) if recall else pa.table({"question_id": pa.array([], pa.string())}),
-                         run_dir.recall)
+    table = pa.Table.from_pylist(recall) if recall else pa.table({"question_id": pa.array([], pa.string())})
+    write_parquet_atomic(table, run_dir.recall)
     return leaks, recall_table(recall)
 
 
-def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir, index=None) -> Checked:
+def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
     """The run's isolation check and evidence recall, in one pass over its question evidence's memories.
 
-    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what: ``index``, the
-    :func:`adds_index` of ``inputs`` when built beforehand, else built here) against each question's
-    memories. Recall: per-question evidence recall written to ``evidence/recall.parquet``
-    (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
+    Leaks: :class:`aml_ray.run.isolation.LeakFinder`, the run's sample inputs (who was sent what:
+    :func:`adds_index`) against each question's memories. Recall: per-question evidence recall written to
+    ``evidence/recall.parquet`` (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
     and once for both: reading and converting them is most of either check's time with a participant that
     returns many (issue 29, the run's tail).
 
@@ -81,7 +80,7 @@ def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir, index=None) 
         :data:`Checked`.
     """
     files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
-    return _written(run_dir, *_check(samples, inputs, iter_question_memories(files, COLUMNS), index))
+    return _written(run_dir, *_check(samples, inputs, iter_question_memories(files, COLUMNS)))
 
 
 class RunningChecks:
@@ -97,11 +96,10 @@ class RunningChecks:
     """
 
     def __init__(self, samples, inputs: PipelineInputs):
+        self.samples, self.inputs = samples, inputs
         self._tables: queue.SimpleQueue[pa.Table | None] = queue.SimpleQueue()
-        self._result: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(samples, inputs), name="aml-ray-memory-checks",
-                                        daemon=True)
+        self._result: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # None: not (yet) made
+        self._thread = threading.Thread(target=self._run, name="aml-ray-memory-checks", daemon=True)
         self._thread.start()
 
     def feed(self, table: pa.Table) -> None:
@@ -113,7 +111,7 @@ class RunningChecks:
         """No more tables: the thread ends once it has checked those fed (idempotent)."""
         self._tables.put(None)
 
-    def finish(self, samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
+    def finish(self, run_dir: RunDir) -> Checked:
         """Wait for the tables fed, write ``evidence/recall.parquet``; :func:`memory_checks`' result.
 
         Raises what :func:`memory_checks` raises: when the pass in the thread failed, it is made again over the
@@ -122,15 +120,15 @@ class RunningChecks:
         self.close()
         self._thread.join()
         if self._result is None:  # the thread's pass failed: the evidence files are the record
-            return memory_checks(samples, inputs, run_dir)
+            return memory_checks(self.samples, self.inputs, run_dir)
         return _written(run_dir, *self._result)
 
     def _rows(self) -> Iterator[dict[str, Any]]:
         while (table := self._tables.get()) is not None:
             yield from as_question_table(table).select(list(COLUMNS)).to_pylist()
 
-    def _run(self, samples, inputs: PipelineInputs) -> None:
+    def _run(self) -> None:
         try:
-            self._result = _check(samples, inputs, self._rows())
-        except BaseException as exc:  # noqa: BLE001 - finish() makes the pass again from the files
-            self._error = exc
+            self._result = _check(self.samples, self.inputs, self._rows())
+        except BaseException:  # noqa: BLE001 - finish() makes the pass again from the files
+            pass
