@@ -308,23 +308,33 @@ def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_ser
     """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS and the
     raylet only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started, nor (a quiet run:
     nobody reads the workers' output) the log monitor. The cluster records no task events and no metrics
-    (CPU in every process for a dashboard and a state API it does not run). Ray's own start methods are
-    put back after the start. In a process of its own (one Ray per process)."""
-    code = ("import json, ray\n"
-            "from ray._private import node, state, worker\n"
+    (CPU in every process for a dashboard and a state API it does not run). Its DashboardAgent starts
+    ``--minimal`` (no HTTP and gRPC servers), its reporter's pass once an hour: the agent's command in the
+    raylet's, and the environment the raylet passes on to it (the agent's own reads back clobbered by its
+    process title). Ray's own start methods, its dashboard check and this
+    process's environment are put back after the start. In a process of its own (one Ray per process)."""
+    code = ("import json, os, psutil, ray\n"
+            "from ray._private import node, state, utils, worker\n"
             "from aml_ray.run.ray_runtime import init_ray\n"
-            "saved = node.Node.start_monitor, node.Node.start_log_monitor\n"
+            "saved = node.Node.start_monitor, node.Node.start_log_monitor, utils.get_dashboard_dependency_error\n"
             "assert init_ray(num_cpus=1, private=True)\n"
             "assert ray.get(ray.remote(lambda: 41 + 1).options(num_cpus=0).remote()) == 42\n"
             "config = state.state.get_system_config()\n"
+            "raylet = psutil.Process(worker._global_node.all_processes['raylet'][0].process.pid)\n"
+            "command = next(a for a in raylet.cmdline() if a.startswith('--dashboard_agent_command='))\n"
+            
             "print(json.dumps([sorted(worker._global_node.all_processes),\n"
-            "                  (node.Node.start_monitor, node.Node.start_log_monitor) == saved,\n"
-            "                  config.get('task_events_report_interval_ms'), config.get('enable_metrics_collection')]))\n"
+            "                  (node.Node.start_monitor, node.Node.start_log_monitor,\n"
+            "                   utils.get_dashboard_dependency_error) == saved,\n"
+            "                  config.get('task_events_report_interval_ms'), config.get('enable_metrics_collection'),\n"
+            "                  command.split()[-2:], raylet.environ().get('REPORTER_UPDATE_INTERVAL_MS'),\n"
+            "                  os.environ.get('REPORTER_UPDATE_INTERVAL_MS')]))\n"
             "ray.shutdown()\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REPORTER_UPDATE_INTERVAL_MS")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [["gcs_server", "raylet"], True, 0, False]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        ["gcs_server", "raylet"], True, 0, False, ["--minimal", "--head"], "3600000", None]
 
 
 def _evaluate_in_a_process(tmp_path, locomo_file, *, setup: str, config: str, call: str, report: str,

@@ -248,6 +248,10 @@ def stop_cluster_at_exit() -> bool:
 
 #: The head node's processes a private cluster does without (:func:`_private_head`).
 PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
+#: The environment a private cluster's DashboardAgent starts with (:func:`_private_head`): its reporter module
+#: gathers every Ray process's stats (psutil) and publishes them to the GCS for the dashboard's node view
+#: every 5 s by default; a private cluster has no dashboard, so it does so once an hour.
+PRIVATE_AGENT_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "3600000"}
 
 #: Ray's system config for a private cluster (issue 29): no task events (each actor call's state changes,
 #: buffered in every worker and sent to the GCS each second, for the state API and dashboard, which a
@@ -279,24 +283,42 @@ def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
     The log monitor tails the workers' log files to send their lines to the driver; with
     ``log_to_driver=False`` (a quiet run: :func:`_driver_logging`) nobody reads them, and it took 0.21-0.26
     ms of CPU a question (docs/benchmarks.md).
+
+    The DashboardAgent, which the raylet always starts, starts ``--minimal``: without its HTTP server (the
+    job-submission and log API of a dashboard that is not running) and its gRPC server (metrics, which a
+    private cluster does not collect: :data:`PRIVATE_SYSTEM_CONFIG`), as Ray starts it where the dashboard's
+    packages are not installed. ``ray.init`` waited for that HTTP server, and the agent's servers and
+    reporter took CPU every second of the run (measured: docs/benchmarks.md). Ray's check for those packages
+    (``ray._private.utils.get_dashboard_dependency_error``, read by ``start_raylet`` for the agent's
+    command) answers so while the head starts, and the environment the raylet and its agent inherit holds
+    :data:`PRIVATE_AGENT_ENV` for that time; both are put back after.
     """
     try:
-        from ray._private import node
+        from ray._private import node, utils
     except ImportError:  # pragma: no cover - another Ray layout: the default start
         yield
         return
     skips = PRIVATE_HEAD_SKIPS if log_monitor else (*PRIVATE_HEAD_SKIPS, "start_log_monitor")
     saved = {name: getattr(node.Node, name, None) for name in skips}
-    if any(method is None for method in saved.values()):
+    check = getattr(utils, "get_dashboard_dependency_error", None)
+    if check is None or any(method is None for method in saved.values()):
         yield
         return
     for name in skips:
         setattr(node.Node, name, lambda self, *args, **kwargs: None)
+    utils.get_dashboard_dependency_error = lambda: ImportError("aml-ray: a private cluster runs no dashboard")
+    env = {key: os.environ.get(key) for key in PRIVATE_AGENT_ENV}
+    for key, value in PRIVATE_AGENT_ENV.items():
+        os.environ.setdefault(key, value)
     try:
         yield
     finally:
         for name, method in saved.items():
             setattr(node.Node, name, method)
+        utils.get_dashboard_dependency_error = check
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
 
 
 def starts_own_cluster(address: str | None = None) -> bool:
