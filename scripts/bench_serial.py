@@ -9,7 +9,8 @@ answerer and judge) in its own process, against a loopback participant in anothe
   ``--service-scale`` (e.g. 0.1 for a quick run);
 - ``fast``: serves all it is sent, ``--latency-ms`` (20 ms) for both kinds, declared ``--concurrency``.
 
-Printed per participant, with the machine's load average (``os.getloadavg``) at the start and end:
+Printed per participant, with the machine's load average (``os.getloadavg``) and its speed
+(:func:`machine_speed`) at the start and end:
 
 - wall time of the whole command and the participant's *busy-time bound*: for the serial participant
   the sum of its service times over the requests it served (it can do nothing faster); for the fast one
@@ -238,6 +239,36 @@ def peer_main(base_url: str, samples: int, out: Path) -> None:
                                "correct": sum(r["verdict"] == "CORRECT" for r in scored), "rows": scored}))
 
 
+def machine_speed(wakes: int = 40, gap_s: float = 0.035) -> dict[str, float]:
+    """How fast this machine runs now, so CPU figures can be read across runs and days (issue 29).
+
+    On a shared virtual machine the same code's CPU per question drifts by up to 1.7 x within a session,
+    every process alike (docs/benchmarks.md); at a one-at-a-time participant's pace most of it is the cost
+    of waking idle processes, not Python work. Two figures, in this process:
+
+    - ``work_ms``: CPU milliseconds of a fixed pure-Python workload (the squares of 0..999,999 summed);
+    - ``wake_us``: CPU microseconds per wake-up of an idle process: ``wakes`` times, a ``gap_s`` sleep (a
+      Search's pace at the serial participant), then 1 KiB sent and received over a loopback socket pair.
+
+    Both from ``time.process_time``; about ``wakes * gap_s`` seconds of wall time.
+    """
+    import socket
+
+    c0 = time.process_time()
+    sum(i * i for i in range(1_000_000))
+    work = time.process_time() - c0
+    payload = b"x" * 1024
+    a, b = socket.socketpair()
+    with a, b:
+        c0 = time.process_time()
+        for _ in range(wakes):
+            time.sleep(gap_s)
+            a.sendall(payload)
+            b.recv(len(payload))
+        wake = (time.process_time() - c0) / wakes
+    return {"work_ms": 1000 * work, "wake_us": 1e6 * wake}
+
+
 def one_participant(kind: str, args) -> dict[str, Any]:
     from bench_pipeline import lower_bound
     from loopback_servers import ServerProcess
@@ -249,7 +280,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
         add_ms = args.add_latency_ms if args.add_latency_ms is not None else args.latency_ms
         capacity = args.concurrency
     server_args = ["--latency-ms", str(search_ms), "--add-latency-ms", str(add_ms), "--capacity", str(capacity)]
-    load_start = os.getloadavg()
+    load_start, speed_start = os.getloadavg(), machine_speed()
     with ServerProcess("participant", *server_args) as server, \
             tempfile.TemporaryDirectory(prefix="aml-serial-") as tmp:
         cmd = run_command(server.base_url, args.serial_samples, Path(tmp) / "run", args.concurrency, args.num_cpus)
@@ -287,7 +318,7 @@ def one_participant(kind: str, args) -> dict[str, Any]:
     conc = run.get("participant_concurrency", {})
     return {
         "participant": kind, "search_ms": search_ms, "add_ms": add_ms, "capacity": capacity,
-        "load_start": load_start, "load_end": os.getloadavg(),
+        "load_start": load_start, "load_end": os.getloadavg(), "speed_start": speed_start, "speed_end": machine_speed(),
         "wall_s": cmd["wall_s"], "bound_s": bound, "bound_note": bound_note, "wall_over_bound": cmd["wall_s"] / bound,
         "command_to_probe_add_s": st["first_two"]["add"][0] - cmd["t0"],
         "command_to_first_add_s": st["first_two"]["add"][1] - cmd["t0"],
@@ -355,6 +386,9 @@ def report_serial(args, runs: list[dict[str, Any]]) -> None:
                   f"{r['capacity']} at once; LoCoMo x{args.serial_samples} samples ({r['adds']} Adds, {r['searches']} "
                   f"Searches incl. the pre-flight's, {r['questions']} questions); load {la[0]:.2f}/{la[1]:.2f} -> "
                   f"{lb[0]:.2f}/{lb[1]:.2f} (1/5 min)")
+            sa, sb = r["speed_start"], r["speed_end"]
+            print(f"  machine speed (machine_speed)    a fixed Python workload {sa['work_ms']:.0f} -> {sb['work_ms']:.0f} ms "
+                  f"of CPU; an idle wake-up with a loopback send {sa['wake_us']:.0f} -> {sb['wake_us']:.0f} us")
             print(f"  aml-ray wall (whole command)     {r['wall_s']:7.2f} s = {r['wall_over_bound']:.2f} x the busy-time "
                   f"bound {r['bound_s']:.2f} s ({r['bound_note']})")
             if r["peer"]:
