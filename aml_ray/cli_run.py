@@ -374,10 +374,20 @@ def print_result(opts: RunOptions, result, label: str, category_names: dict[str,
                   f"{ds['questions']} ({ds['scorable_questions']} scorable, {ds['excluded_questions']} excluded"
                   f" and reported, never scored)")
     a, s = info["adds"], info["search"]
+    # time at the participant includes queueing there behind the run's own other requests: the unloaded latency
+    # beside it (ParticipantClient.concurrency), so 70 ms at two in flight reads as 35 ms of service
+    limit = info.get("participant_concurrency") or {}
+    unloaded = limit.get("unloaded_ms") or {}
+
+    def beside(kind: str) -> str:
+        if kind not in unloaded or not limit.get("max"):
+            return ""
+        return f"; {ms(unloaded[kind])} unloaded, at most {limit['max']} in flight"
+
     console.print(f"Add latency p50 {ms(a['latency_ms']['p50'])} / p95 {ms(a['latency_ms']['p95'])} "
-                  f"({a['ok']} ok, {a['failed']} failed, {a['retried']} retried); Search latency p50 "
-                  f"{ms(s['latency_ms']['p50'])} / p95 {ms(s['latency_ms']['p95'])} ({s['failed']} failed); "
-                  f"wall {info['wall_s']:.1f} s")
+                  f"({a['ok']} ok, {a['failed']} failed, {a['retried']} retried{beside('add')}); Search latency p50 "
+                  f"{ms(s['latency_ms']['p50'])} / p95 {ms(s['latency_ms']['p95'])} ({s['failed']} failed"
+                  f"{beside('search')}); wall {info['wall_s']:.1f} s")
     console.print(f"evidence: {opts.out}/evidence ({info['evidence']['add_rows']} Add rows, "
                   f"{info['evidence']['question_rows']} question rows); run.json and results.json in {opts.out}")
     if info["status"] != "completed":

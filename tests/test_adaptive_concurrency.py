@@ -56,6 +56,9 @@ async def test_a_one_at_a_time_participant_gets_one_or_two_in_flight_and_its_tru
     assert SERVICE_MS * 0.9 <= latency <= SERVICE_MS * 2.2, latency
     # 60 queued at once, served one at a time: the median Search waited for about 30 services
     assert queued >= 10 * SERVICE_MS, queued
+    # the time there includes queueing behind the client's other request; the unloaded latency does not
+    assert limit["unloaded_ms"].keys() == {"search"}, limit
+    assert SERVICE_MS * 0.9 <= limit["unloaded_ms"]["search"] <= SERVICE_MS * 1.5, limit
     assert all(o["elapsed_ms"] >= o["queue_ms"] + o["latency_ms"] - 1 for o in outs)
 
 
@@ -96,6 +99,7 @@ async def test_a_fixed_limit_queues_at_the_participant_instead(serial_server):
     assert serial_server.stats()["max_in_flight"] == 8
     assert statistics.median(o["latency_ms"] for o in outs) >= 5 * SERVICE_MS
     assert client.concurrency()["min"] == client.concurrency()["max"] == 8
+    assert client.concurrency()["unloaded_ms"] == {}  # a fixed limit keeps no baseline
 
 
 async def test_a_participant_that_keeps_up_gets_its_declared_limit():
@@ -208,6 +212,22 @@ def test_adds_and_searches_each_compare_with_their_own_baseline():
 
     seen = _simulate(AdaptiveLimit(32), 35.0, 1000, 2000, add_every=7)
     assert min(seen[-500:]) == 32
+
+
+def test_the_unloaded_latency_of_each_endpoint_is_its_baseline_not_its_queued_time():
+    """At a one-at-a-time participant (35 ms a Search, 525 ms an Add) the replies' time there is queued time at
+    two in flight; :meth:`AdaptiveLimit.unloaded_ms` gives each endpoint's service time, what run.json reports
+    beside the latencies (``participant_concurrency.unloaded_ms``). A fixed limit keeps none."""
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
+    limit = AdaptiveLimit(64)
+    seen = _simulate(limit, 35.0, 1, 600, add_every=7)
+    unloaded = limit.unloaded_ms()
+    assert max(seen[-100:]) == 2 and unloaded.keys() == {"search", "add"}
+    assert unloaded["search"] == pytest.approx(35.0, rel=0.1) and unloaded["add"] == pytest.approx(525.0, rel=0.1)
+    fixed = AdaptiveLimit(8, enabled=False)
+    _simulate(fixed, 35.0, 1, 50)
+    assert fixed.unloaded_ms() == {}
 
 
 def test_bad_arguments_are_named():

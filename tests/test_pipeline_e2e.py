@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from typer.testing import CliRunner
 
 from aml_ray.actors.participant import ParticipantSpec
+from aml_ray.cli_tables import ms
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.evidence import RunDir, read_adds, read_questions
@@ -92,6 +93,9 @@ def test_run_json_says_what_its_wall_time_and_latencies_cover(two_sample_run):
     assert info["search"]["latency_ms"]["p50"] == pytest.approx(scored["search_latency_ms"].median())
     c = info["participant_concurrency"]
     assert c["adaptive"] is True and c["declared"] == 64 and 1 <= c["min"] <= c["final"] <= c["max"] <= 64
+    # each endpoint's unloaded latency: never more than the median time there, queueing included
+    assert set(c["unloaded_ms"]) == {"add", "search"}
+    assert 0 < c["unloaded_ms"]["search"] <= info["search"]["latency_ms"]["p50"] + 0.1
     assert c["replies"] == 55 + 233 and c["trajectory"][0] == [0, 1]
 
 
@@ -278,6 +282,11 @@ def test_cli_run_prints_table(tmp_path, locomo_file):
     assert "1 multi-hop" in res.output and "overall" in res.output
     assert "OFFLINE" in res.output and "excluded" in res.output
     assert (out / "results.json").is_file()
+    # the Search latency line names the participant's unloaded latency beside the time there (issue 29)
+    limit = json.loads((out / "run.json").read_text())["participant_concurrency"]
+    assert set(limit["unloaded_ms"]) == {"add", "search"} and limit["unloaded_ms"]["search"] > 0
+    line = " ".join(res.output.split())
+    assert f"{ms(limit['unloaded_ms']['search'])} unloaded, at most {limit['max']} in flight); wall" in line, line
     again = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--limit-samples", "1", "--out", str(out)])
     assert again.exit_code == 2 and "already there" in again.output
 

@@ -209,6 +209,12 @@ class AdaptiveLimit:
             else:
                 self._tail = [*self._tail[-(TRAJECTORY_KEEP // 2 - 1):], change]
 
+    def unloaded_ms(self) -> dict[Hashable, float]:
+        """Each endpoint's unloaded latency now, in ms: its baseline (:class:`_Baseline`), what a reply takes with
+        nothing queued ahead of it at the participant, as the decisions read it. Endpoints with no reply yet (and
+        every endpoint of a limit that is not ``enabled``: it keeps no baseline) are left out."""
+        return {key: baseline.value(self.tolerance) for key, baseline in self._baselines.items()}
+
     def describe(self) -> dict[str, Any]:
         """The limit's trajectory for run.json.
 

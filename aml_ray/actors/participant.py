@@ -269,8 +269,16 @@ class ParticipantClient:
         return text.replace(secret, "***") if secret else text
 
     def concurrency(self) -> dict[str, Any]:
-        """The in-flight limit's trajectory so far (:meth:`aml_ray.actors.adaptive.AdaptiveLimit.describe`)."""
-        return self.limit.describe()
+        """The in-flight limit's trajectory so far (:meth:`aml_ray.actors.adaptive.AdaptiveLimit.describe`), with
+        ``unloaded_ms``: ``{"add": ms, "search": ms}``, each endpoint's unloaded latency as the limit reads it
+        (:meth:`~aml_ray.actors.adaptive.AdaptiveLimit.unloaded_ms`, rounded to 0.1 ms; an endpoint with no
+        reply yet, or a limit that is not adaptive, left out). A request's ``latency_ms`` is its time at the
+        participant, queueing there behind this client's other requests included: at a participant that serves
+        one request at a time, with two in flight, about twice its unloaded latency (issue 29)."""
+        unloaded = self.limit.unloaded_ms()
+        endpoints = (("add", self.spec.add_url), ("search", self.spec.search_url))
+        return {**self.limit.describe(), "unloaded_ms": {
+            name: round(unloaded[self._target(url)], 1) for name, url in endpoints if self._target(url) in unloaded}}
 
     def hold_back(self, n: int, lone_latencies: dict[str, float] | None = None, limit: int | None = None) -> None:
         """Keep ``n`` of the in-flight slots for requests another client of this participant version still has

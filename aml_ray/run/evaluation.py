@@ -496,7 +496,9 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
                   "latency_ms": latency_summary(adds.filter(pl.col("status") == "ok")["latency_ms"]),
                   "queue_ms": latency_summary(adds.filter(pl.col("status") == "ok")["queue_ms"])},
             search={"latency_ms": latency_summary(search_lat), "queue_ms": latency_summary(searched["search_queue_ms"]),
-                    "latency_is": "time at the participant (sent to reply); queue_ms: waiting for an in-flight slot",
+                    "latency_is": "time at the participant (sent to reply), queueing there behind aml-ray's other requests "
+                                  "in flight included (participant_concurrency.unloaded_ms: without it); queue_ms: "
+                                  "waiting for an in-flight slot",
                     "retried": int((questions["search_attempts"].fill_null(0) > 1).sum()),
                     "failed": int((questions["search_status"] == "error").sum()),
                     "retries_by_status": retries_by_status(questions["search_retried_statuses"])},
