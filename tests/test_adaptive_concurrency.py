@@ -91,6 +91,30 @@ async def test_searches_that_start_beside_another_samples_adds_still_get_one_or_
     assert limit["final"] <= 2, limit
 
 
+async def test_adds_sent_one_at_a_time_do_not_raise_a_limit_they_never_filled():
+    """One sample (the README's ``--limit-samples 1``): its Adds go in order, one in flight, each answered at
+    the unloaded latency, and slow start doubled the limit on them to 32 with nothing ever queued; the
+    sample's Searches then went 32 at once to a one-at-a-time participant (``aml-ray run``: Search p50
+    406.6 ms / p95 1131.3 ms for 35 ms of service). A window whose requests never filled the limit leaves
+    it where it is."""
+    with ServerProcess("participant", "--latency-ms", str(SERVICE_MS), "--add-latency-ms", str(SERVICE_MS * 2),
+                       "--capacity", "1") as server:
+        client = ParticipantClient(_spec(server, 64))
+        adds = [AddRequest(request_id=f"a-{i}", user_id="a", session_id="s",
+                           messages=[Message(role="user", content=f"turn {i}")]) for i in range(30)]
+        try:
+            added = await client.add_in_order(adds)
+            searches = await client.search_many(
+                [(SearchRequest(query=f"q{i}", user_id="a", top_k=5), f"ref-{i}") for i in range(80)])
+        finally:
+            await client.aclose()
+        stats = server.stats()
+    limit = client.concurrency()
+    assert [o["status"] for o in added + searches] == ["ok"] * 110
+    assert limit["max"] <= 2 and stats["max_in_flight"] <= 2, (limit, stats["max_in_flight"])
+    assert statistics.median(o["latency_ms"] for o in searches) <= SERVICE_MS * 2.2
+
+
 async def test_a_fixed_limit_queues_at_the_participant_instead(serial_server):
     """The same run with the adaptive limit off: 8 in flight, and each Search's time there is 8 services."""
     serial_server.reset()

@@ -32,6 +32,13 @@ the client sends it once nothing is in flight and sends nothing else until its r
 baseline. A participant that keeps up answers queued requests about as fast as a lone one, so its
 quantile baseline stands (client jitter does not turn into a lower baseline).
 
+A window whose requests never filled the limit (the most in flight at any of their sends below it: the
+client had fewer to send, as with a single sample's Adds, which go one after another) leaves the limit
+where it is, whatever their latency: they show that fewer requests than the limit do not queue, not that
+more would not (TCP's congestion-window validation, RFC 7661, keeps an application-limited window so).
+Without it, slow start doubled the limit on one sample's Adds to 32 with never more than one in flight,
+and that sample's Searches then went 32 at once to a participant that serves one request at a time.
+
 A participant that serves one request at a time answers ``n`` requests in flight in about ``n`` times
 its service time: at 2 in flight the median ratio is about 2 (> 1.5) and the limit falls to 1; at 1 it
 is about 1 and the limit grows to 2, so such a participant has one or two requests in flight. One that
@@ -124,6 +131,7 @@ class AdaptiveLimit:
         self._baseline_samples = baseline_samples
         self._baselines: dict[Hashable, _Baseline] = {}
         self._window: list[tuple[_Baseline, float]] = []  # (its endpoint's baseline, latency ms)
+        self._window_peak = 0  # the most requests in flight at a send among the window's replies
         self._seen_min = self._seen_max = self.allowed()
         self._decisions = 0
         self._head: list[tuple[int, int]] = [(0, self.allowed())]  # (replies so far, allowed) at each change
@@ -171,10 +179,12 @@ class AdaptiveLimit:
         self._seen_min = self._seen_max = self.allowed()
         self._head = [(0, self.allowed())]
 
-    def record(self, key: Hashable, latency_ms: float, alone: bool = False) -> None:
+    def record(self, key: Hashable, latency_ms: float, alone: bool = False, in_flight: int | None = None) -> None:
         """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
 
         ``alone``: no other request to this participant was in flight from its sending to its reply.
+        ``in_flight``: requests in flight just after this one was sent, itself included; a window in which it
+        never reached the limit does not raise it (module docstring). None: not known, taken as the limit.
         """
         self._replies += 1
         if not self.enabled:
@@ -185,16 +195,21 @@ class AdaptiveLimit:
         latency_ms = max(latency_ms, 1e-3)
         baseline.add(latency_ms, alone)
         self._window.append((baseline, latency_ms))
+        self._window_peak = max(self._window_peak, self.allowed() if in_flight is None else in_flight)
         if len(self._window) >= max(self.min_window, self.allowed()):
             # one sort per endpoint per decision (about one round of the limit), not per reply
             floors = {id(b): b.value(self.tolerance) for b, _ in self._window}
-            self._decide(statistics.median(lat / floors[id(b)] for b, lat in self._window))
+            self._decide(statistics.median(lat / floors[id(b)] for b, lat in self._window),
+                         filled=self._window_peak >= self.allowed())
             self._window.clear()
+            self._window_peak = 0
 
-    def _decide(self, median_ratio: float) -> None:
+    def _decide(self, median_ratio: float, filled: bool = True) -> None:
         before = self.allowed()
         self._decisions += 1
         if median_ratio <= self.tolerance:
+            if not filled:  # fewer requests than the limit did not queue: nothing said about more
+                return
             grown = self.limit * 2 if self._slow_start else self.limit + 1
             self.limit = min(float(self.max_limit), grown)
         else:
