@@ -115,6 +115,26 @@ async def test_adds_sent_one_at_a_time_do_not_raise_a_limit_they_never_filled():
     assert statistics.median(o["latency_ms"] for o in searches) <= SERVICE_MS * 2.2
 
 
+def test_replies_sent_below_the_limit_never_raise_it():
+    """The same at the limit's level, the window that mixes both: a sample's last Adds (one in flight, each
+    at its unloaded 300 ms) and its first Searches at a one-at-a-time participant (one sent alone, 35 ms,
+    then two in flight, 70 ms). The window's median ratio is 1 (the Adds), but only one of its four replies
+    was sent with the limit filled: it stays at 2 (it went to 4, and the participant got 4 at once)."""
+    from aml_ray.actors.adaptive import AdaptiveLimit
+
+    limit = AdaptiveLimit(64, initial=2)
+    seen = []
+    for _ in range(30):
+        limit.record("add", 300.0, alone=True, in_flight=1)
+        seen.append(limit.allowed())
+    limit.record("search", 35.0, alone=True, in_flight=1)
+    for _ in range(40):
+        n = limit.allowed()
+        limit.record("search", 35.0 * n, in_flight=n)
+        seen.append(limit.allowed())
+    assert max(seen) == 2 and min(seen) == 1, seen
+
+
 async def test_a_fixed_limit_queues_at_the_participant_instead(serial_server):
     """The same run with the adaptive limit off: 8 in flight, and each Search's time there is 8 services."""
     serial_server.reset()

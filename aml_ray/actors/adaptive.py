@@ -32,12 +32,14 @@ the client sends it once nothing is in flight and sends nothing else until its r
 baseline. A participant that keeps up answers queued requests about as fast as a lone one, so its
 quantile baseline stands (client jitter does not turn into a lower baseline).
 
-A window whose requests never filled the limit (the most in flight at any of their sends below it: the
-client had fewer to send, as with a single sample's Adds, which go one after another) leaves the limit
-where it is, whatever their latency: they show that fewer requests than the limit do not queue, not that
-more would not (TCP's congestion-window validation, RFC 7661, keeps an application-limited window so).
-Without it, slow start doubled the limit on one sample's Adds to 32 with never more than one in flight,
-and that sample's Searches then went 32 at once to a participant that serves one request at a time.
+Only replies of requests sent with the limit filled (as many in flight as it allows, themselves included)
+can raise it: the limit grows when at least half of the window's replies are such and their median ratio
+is at most ``tolerance``. A request sent below the limit (the client had fewer to send, as with a single
+sample's Adds, which go one after another) shows that fewer requests than the limit do not queue, not
+that more would not (TCP's congestion-window validation, RFC 7661, keeps an application-limited window
+so); its latency still counts towards a decrease. Without this, slow start doubled the limit on one
+sample's Adds to 32 with never more than one in flight, and that sample's Searches then went 32 at once
+to a participant that serves one request at a time.
 
 A participant that serves one request at a time answers ``n`` requests in flight in about ``n`` times
 its service time: at 2 in flight the median ratio is about 2 (> 1.5) and the limit falls to 1; at 1 it
@@ -130,8 +132,8 @@ class AdaptiveLimit:
         self._slow_start = True
         self._baseline_samples = baseline_samples
         self._baselines: dict[Hashable, _Baseline] = {}
-        self._window: list[tuple[_Baseline, float]] = []  # (its endpoint's baseline, latency ms)
-        self._window_peak = 0  # the most requests in flight at a send among the window's replies
+        # (its endpoint's baseline, latency ms, sent with the limit filled)
+        self._window: list[tuple[_Baseline, float, bool]] = []
         self._seen_min = self._seen_max = self.allowed()
         self._decisions = 0
         self._head: list[tuple[int, int]] = [(0, self.allowed())]  # (replies so far, allowed) at each change
@@ -183,8 +185,8 @@ class AdaptiveLimit:
         """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
 
         ``alone``: no other request to this participant was in flight from its sending to its reply.
-        ``in_flight``: requests in flight just after this one was sent, itself included; a window in which it
-        never reached the limit does not raise it (module docstring). None: not known, taken as the limit.
+        ``in_flight``: requests in flight just after this one was sent, itself included; only replies of
+        requests sent with the limit filled can raise it (module docstring). None: not known, taken as filled.
         """
         self._replies += 1
         if not self.enabled:
@@ -194,22 +196,24 @@ class AdaptiveLimit:
             baseline = self._baselines[key] = _Baseline(self._baseline_samples)
         latency_ms = max(latency_ms, 1e-3)
         baseline.add(latency_ms, alone)
-        self._window.append((baseline, latency_ms))
-        self._window_peak = max(self._window_peak, self.allowed() if in_flight is None else in_flight)
+        self._window.append((baseline, latency_ms, in_flight is None or in_flight >= self.allowed()))
         if len(self._window) >= max(self.min_window, self.allowed()):
             # one sort per endpoint per decision (about one round of the limit), not per reply
-            floors = {id(b): b.value(self.tolerance) for b, _ in self._window}
-            self._decide(statistics.median(lat / floors[id(b)] for b, lat in self._window),
-                         filled=self._window_peak >= self.allowed())
+            floors = {id(b): b.value(self.tolerance) for b, _, _ in self._window}
+            ratios = [(lat / floors[id(b)], filled) for b, lat, filled in self._window]
+            at_limit = [ratio for ratio, filled in ratios if filled]
+            self._decide(statistics.median(ratio for ratio, _ in ratios),
+                         statistics.median(at_limit) if 2 * len(at_limit) >= len(ratios) else None)
             self._window.clear()
-            self._window_peak = 0
 
-    def _decide(self, median_ratio: float, filled: bool = True) -> None:
+    def _decide(self, median_ratio: float, median_at_limit: float | None) -> None:
+        """``median_ratio``: the window's median latency ratio; ``median_at_limit``: that of its replies sent with
+        the limit filled, None when fewer than half were (then it does not grow)."""
         before = self.allowed()
         self._decisions += 1
         if median_ratio <= self.tolerance:
-            if not filled:  # fewer requests than the limit did not queue: nothing said about more
-                return
+            if median_at_limit is None or median_at_limit > self.tolerance:
+                return  # fewer requests than the limit did not queue: nothing said about more
             grown = self.limit * 2 if self._slow_start else self.limit + 1
             self.limit = min(float(self.max_limit), grown)
         else:
