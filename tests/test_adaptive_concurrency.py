@@ -125,12 +125,11 @@ def test_replies_sent_below_the_limit_never_raise_it():
     limit = AdaptiveLimit(64, initial=2)
     seen = []
     for _ in range(30):
-        limit.record("add", 300.0, alone=True, in_flight=1)
+        limit.record("add", 300.0, alone=True, at_limit=False)
         seen.append(limit.allowed())
-    limit.record("search", 35.0, alone=True, in_flight=1)
+    limit.record("search", 35.0, alone=True, at_limit=False)
     for _ in range(40):
-        n = limit.allowed()
-        limit.record("search", 35.0 * n, in_flight=n)
+        limit.record("search", 35.0 * limit.allowed())  # as many in flight as allowed: at the limit
         seen.append(limit.allowed())
     assert max(seen) == 2 and min(seen) == 1, seen
 

@@ -181,12 +181,13 @@ class AdaptiveLimit:
         self._seen_min = self._seen_max = self.allowed()
         self._head = [(0, self.allowed())]
 
-    def record(self, key: Hashable, latency_ms: float, alone: bool = False, in_flight: int | None = None) -> None:
+    def record(self, key: Hashable, latency_ms: float, alone: bool = False, at_limit: bool = True) -> None:
         """One reply of endpoint ``key`` took ``latency_ms`` at the participant (sent to reply).
 
         ``alone``: no other request to this participant was in flight from its sending to its reply.
-        ``in_flight``: requests in flight just after this one was sent, itself included; only replies of
-        requests sent with the limit filled can raise it (module docstring). None: not known, taken as filled.
+        ``at_limit``: it was sent with the limit filled (as many in flight as the limit allowed then, itself
+        included); only such replies can raise the limit (module docstring). The sender knows it, not this
+        object: the limit may have changed between the send and the reply.
         """
         self._replies += 1
         if not self.enabled:
@@ -196,7 +197,7 @@ class AdaptiveLimit:
             baseline = self._baselines[key] = _Baseline(self._baseline_samples)
         latency_ms = max(latency_ms, 1e-3)
         baseline.add(latency_ms, alone)
-        self._window.append((baseline, latency_ms, in_flight is None or in_flight >= self.allowed()))
+        self._window.append((baseline, latency_ms, at_limit))
         if len(self._window) >= max(self.min_window, self.allowed()):
             # one sort per endpoint per decision (about one round of the limit), not per reply
             floors = {id(b): b.value(self.tolerance) for b, _, _ in self._window}

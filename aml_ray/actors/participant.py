@@ -360,7 +360,8 @@ class ParticipantClient:
                 continue
             alone_at_send = self._in_flight == 0
             self._in_flight += 1
-            in_flight_at_send = self._in_flight
+            # the limit filled (this client's slots all in use): only such replies may raise it (AdaptiveLimit)
+            at_limit = self._in_flight >= self._slots()
             self._sends += 1
             send_number = self._sends
             t0 = time.perf_counter()
@@ -379,8 +380,7 @@ class ParticipantClient:
             finally:
                 self._sent_back(probe)
             latency_ms = (time.perf_counter() - t0) * 1000
-            limit.record(url, latency_ms, alone=alone_at_send and self._sends == send_number,
-                         in_flight=in_flight_at_send)
+            limit.record(url, latency_ms, alone=alone_at_send and self._sends == send_number, at_limit=at_limit)
             if self._parked:
                 self._unpark()
             if not reply.done():
