@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -252,6 +253,30 @@ PRIVATE_HEAD_SKIPS = ("start_monitor", "start_api_server")
 #: gathers every Ray process's stats (psutil) and publishes them to the GCS for the dashboard's node view
 #: every 5 s by default; a private cluster has no dashboard, so it does so once an hour.
 PRIVATE_AGENT_ENV = {"REPORTER_UPDATE_INTERVAL_MS": "3600000"}
+#: Seconds between two looks for the GCS's port file while a private head starts (:func:`_port_wait_without_gil`).
+PORT_POLL_S = 0.005
+
+
+def _port_wait_without_gil(wait: Callable[..., int], port_filename: Callable[[str, str], str]) -> Callable[..., int]:
+    """Ray's wait for a process's port file (``ray._raylet.wait_for_persisted_port``, which ``ray.init`` calls
+    for the GCS's port), with the waiting done here: Ray's own sleeps 100 ms between two looks holding the
+    GIL, so every other thread of the driver stood still for about 100 ms of ``ray.init`` (the head start's
+    first Add after the pre-flight's probe among them; measured: docs/benchmarks.md).
+
+    Returns a function with ``wait``'s arguments that looks for the file every :data:`PORT_POLL_S` with
+    ``time.sleep`` (the GIL released) until it exists or the timeout passed, then lets ``wait``, given the
+    time left, read it (a port, or Ray's own error for a file it cannot read or that never came).
+    """
+    def wait_for_persisted_port(session_dir: str, node_id: str, port_name: str, timeout_ms: int = 30_000,
+                                poll_interval_ms: int = 100) -> int:
+        path = os.path.join(session_dir, port_filename(node_id, port_name))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(PORT_POLL_S)
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        return wait(session_dir, node_id, port_name, timeout_ms=left_ms, poll_interval_ms=poll_interval_ms)
+
+    return wait_for_persisted_port
 
 #: Ray's system config for a private cluster (issue 29): no task events (each actor call's state changes,
 #: buffered in every worker and sent to the GCS each second, for the state API and dashboard, which a
@@ -292,21 +317,27 @@ def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
     (``ray._private.utils.get_dashboard_dependency_error``, read by ``start_raylet`` for the agent's
     command) answers so while the head starts, and the environment the raylet and its agent inherit holds
     :data:`PRIVATE_AGENT_ENV` for that time; both are put back after.
+
+    And the head's wait for the GCS's port waits without holding the GIL (:func:`_port_wait_without_gil`, in
+    place of the name ``ray._private.node`` imported from ``ray._raylet`` while the head starts).
     """
     try:
         from ray._private import node, utils
+        from ray._raylet import get_port_filename
     except ImportError:  # pragma: no cover - another Ray layout: the default start
         yield
         return
     skips = PRIVATE_HEAD_SKIPS if log_monitor else (*PRIVATE_HEAD_SKIPS, "start_log_monitor")
     saved = {name: getattr(node.Node, name, None) for name in skips}
     check = getattr(utils, "get_dashboard_dependency_error", None)
-    if check is None or any(method is None for method in saved.values()):
+    port_wait = getattr(node, "wait_for_persisted_port", None)
+    if check is None or port_wait is None or any(method is None for method in saved.values()):
         yield
         return
     for name in skips:
         setattr(node.Node, name, lambda self, *args, **kwargs: None)
     utils.get_dashboard_dependency_error = lambda: ImportError("aml-ray: a private cluster runs no dashboard")
+    node.wait_for_persisted_port = _port_wait_without_gil(port_wait, get_port_filename)
     env = {key: os.environ.get(key) for key in PRIVATE_AGENT_ENV}
     for key, value in PRIVATE_AGENT_ENV.items():
         os.environ.setdefault(key, value)
@@ -316,6 +347,7 @@ def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
         for name, method in saved.items():
             setattr(node.Node, name, method)
         utils.get_dashboard_dependency_error = check
+        node.wait_for_persisted_port = port_wait
         for key, value in env.items():
             if value is None:
                 os.environ.pop(key, None)
