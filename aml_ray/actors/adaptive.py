@@ -202,9 +202,9 @@ class AdaptiveLimit:
             # one sort per endpoint per decision (about one round of the limit), not per reply
             floors = {id(b): b.value(self.tolerance) for b, _, _ in self._window}
             ratios = [(lat / floors[id(b)], filled) for b, lat, filled in self._window]
-            at_limit = [ratio for ratio, filled in ratios if filled]
+            filled_ratios = [ratio for ratio, filled in ratios if filled]
             self._decide(statistics.median(ratio for ratio, _ in ratios),
-                         statistics.median(at_limit) if 2 * len(at_limit) >= len(ratios) else None)
+                         statistics.median(filled_ratios) if 2 * len(filled_ratios) >= len(ratios) else None)
             self._window.clear()
 
     def _decide(self, median_ratio: float, median_at_limit: float | None) -> None:

@@ -278,6 +278,7 @@ def _port_wait_without_gil(wait: Callable[..., int], port_filename: Callable[[st
 
     return wait_for_persisted_port
 
+
 #: Ray's system config for a private cluster (issue 29): no task events (each actor call's state changes,
 #: buffered in every worker and sent to the GCS each second, for the state API and dashboard, which a
 #: private cluster does not run) and no metrics (every worker's and raylet's, exported through the
@@ -304,7 +305,8 @@ def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
     monitor does not exit on SIGTERM, so ``ray.shutdown()`` waits 1 s for it before killing it (measured:
     docs/benchmarks.md). ``ray.init`` has no argument for either (Ray 2.60's ``RayParams.no_monitor`` is not
     passed through), so :class:`ray._private.node.Node`'s two start methods are replaced while the head
-    starts, and put back after; with another Ray version (the methods gone or renamed) nothing is replaced.
+    starts, and put back after; with another Ray version each replacement whose target is gone or renamed
+    is left out, the others still made.
     The log monitor tails the workers' log files to send their lines to the driver; with
     ``log_to_driver=False`` (a quiet run: :func:`_driver_logging`) nobody reads them, and it took 0.21-0.26
     ms of CPU a question (docs/benchmarks.md).
@@ -328,26 +330,26 @@ def _private_head(*, log_monitor: bool = True) -> Iterator[None]:
         yield
         return
     skips = PRIVATE_HEAD_SKIPS if log_monitor else (*PRIVATE_HEAD_SKIPS, "start_log_monitor")
-    saved = {name: getattr(node.Node, name, None) for name in skips}
-    check = getattr(utils, "get_dashboard_dependency_error", None)
+    # (object, attribute) -> what stands in for it while the head starts; each only where this Ray has it
+    patches: dict[tuple[Any, str], Any] = {(node.Node, name): lambda self, *args, **kwargs: None for name in skips}
+    no_dashboard = ImportError("aml-ray: a private cluster runs no dashboard")
+    patches[(utils, "get_dashboard_dependency_error")] = lambda: no_dashboard
     port_wait = getattr(node, "wait_for_persisted_port", None)
-    if check is None or port_wait is None or any(method is None for method in saved.values()):
-        yield
-        return
-    for name in skips:
-        setattr(node.Node, name, lambda self, *args, **kwargs: None)
-    utils.get_dashboard_dependency_error = lambda: ImportError("aml-ray: a private cluster runs no dashboard")
-    node.wait_for_persisted_port = _port_wait_without_gil(port_wait, get_port_filename)
+    if port_wait is not None:
+        patches[(node, "wait_for_persisted_port")] = _port_wait_without_gil(port_wait, get_port_filename)
+    saved = {target: getattr(*target, None) for target in patches}
+    for target, stand_in in patches.items():
+        if saved[target] is not None:
+            setattr(*target, stand_in)
     env = {key: os.environ.get(key) for key in PRIVATE_AGENT_ENV}
     for key, value in PRIVATE_AGENT_ENV.items():
         os.environ.setdefault(key, value)
     try:
         yield
     finally:
-        for name, method in saved.items():
-            setattr(node.Node, name, method)
-        utils.get_dashboard_dependency_error = check
-        node.wait_for_persisted_port = port_wait
+        for target, original in saved.items():
+            if original is not None:
+                setattr(*target, original)
         for key, value in env.items():
             if value is None:
                 os.environ.pop(key, None)
