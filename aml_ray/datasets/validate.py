@@ -31,7 +31,6 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ from aml_ray.datasets.fetch import DatasetError
 
 #: A JSON type, or a tuple of them, that a field must have.
 Kind = type | tuple[type, ...]
+
+_MISSING = object()
 
 _NAMES: dict[type, str] = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
                            list: "a list", dict: "an object", type(None): "null"}
@@ -106,23 +107,47 @@ def _wanted(kind: Kind, what: str | None, nonempty: bool) -> str:
 
 def is_kind(value: Any, kind: Kind) -> bool:
     """``isinstance`` with JSON's rules: true/false is not a number, an integer is a number (float)."""
+    if type(value) is kind:  # the common case, without building a tuple (a file's every field comes here)
+        return True
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool):
         return bool in kinds
     return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
 
 
-@dataclass(frozen=True, slots=True)
 class Where:
     """A place inside a dataset file: an item and the path of a field in it.
+
+    ``where / key`` is cheap: a place keeps its parent and key and spells its path only when it is read
+    (an error message), since an adapter makes one place per field of a file and nearly all of them are
+    never read (LoCoMo's 10 samples: about 25,000; issue 29, the time before a run's first Add).
 
     Attributes:
         item: the item, e.g. ``"item 3 (question_id 'q7')"`` or ``"line 12"``; empty for the top level.
         path: the field path inside the item, e.g. ``"conversation.session_1[4].speaker"``.
     """
 
-    item: str = ""
-    path: str = ""
+    __slots__ = ("item", "_path", "_parent", "_key")
+
+    def __init__(self, item: str = "", path: str = ""):
+        self.item, self._path, self._parent, self._key = item, path, None, None
+
+    @property
+    def path(self) -> str:
+        """The field path inside the item (spelled on first read)."""
+        if self._path is None:
+            base, key = self._parent.path, self._key
+            self._path = f"{base}[{key}]" if isinstance(key, int) else f"{base}.{key}" if base else key
+        return self._path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Where) and (self.item, self.path) == (other.item, other.path)
+
+    def __hash__(self) -> int:
+        return hash((self.item, self.path))
+
+    def __repr__(self) -> str:
+        return f"Where(item={self.item!r}, path={self.path!r})"
 
     @classmethod
     def item_of(cls, index: int, value: Any, id_field: str | None = None, *, noun: str = "item") -> Where:
@@ -142,9 +167,9 @@ class Where:
 
     def __truediv__(self, key: str | int) -> Where:
         """The place of a field (``str``) or list element (``int``) inside this one."""
-        if isinstance(key, int):
-            return Where(self.item, f"{self.path}[{key}]")
-        return Where(self.item, f"{self.path}.{key}" if self.path else key)
+        place = Where.__new__(Where)
+        place.item, place._path, place._parent, place._key = self.item, None, self, key
+        return place
 
     def __str__(self) -> str:
         return ": ".join(p for p in (self.item, f"field {self.path!r}" if self.path else "") if p)
@@ -168,12 +193,9 @@ class Where:
         Raises:
             DatasetFormatError: naming this place, what was expected and what was found.
         """
-        want = _wanted(kind, what, nonempty)
-        if not is_kind(value, kind):
-            raise self.error(f"expected {want}, got {describe(value)}")
-        if nonempty and (not value.strip() if isinstance(value, str) else
-                         isinstance(value, (list, dict)) and not value):
-            raise self.error(f"expected {want}, got {describe(value)}")
+        if not is_kind(value, kind) or nonempty and (not value.strip() if isinstance(value, str) else
+                                                     isinstance(value, (list, dict)) and not value):
+            raise self.error(f"expected {_wanted(kind, what, nonempty)}, got {describe(value)}")
         return value
 
     def get(self, obj: dict[str, Any], key: str, kind: Kind, what: str | None = None, *, required: bool = True,
@@ -190,12 +212,14 @@ class Where:
         Raises:
             DatasetFormatError: a required field is missing, or the field has another type.
         """
-        here = self / key
-        if key not in obj or (not required and obj[key] is None):
+        value = obj.get(key, _MISSING)
+        if value is _MISSING or (not required and value is None):
             if required:
-                raise here.error(f"missing; expected {_wanted(kind, what, nonempty)}")
+                raise (self / key).error(f"missing; expected {_wanted(kind, what, nonempty)}")
             return default
-        return here.check(obj[key], kind, what, nonempty=nonempty)
+        if type(value) is kind and not nonempty:  # the common case: no place built (one per field of a file)
+            return value
+        return (self / key).check(value, kind, what, nonempty=nonempty)
 
 
 @contextlib.contextmanager
