@@ -736,3 +736,56 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
         result = evaluate(cfg, on_progress=seen)
     assert result.run_info["status"] == "completed"
     assert searches == {"n": expected_searches, "released by the answers": True}
+
+
+def test_aml_ray_run_pauses_the_garbage_collector_for_its_start_and_no_other_command_does():
+    """The entry (``aml-ray`` = ``aml_ray.__main__:main``) pauses Python's cyclic collector for ``run`` only: its
+    start's collections cost 41-44 ms before the pre-flight's first request (3 runs, ``gc.callbacks``; issue
+    29), and only a run resumes it (before its pipeline). ``aml_ray.cli.main`` is replaced by a report."""
+    code = ("import gc, sys\n"
+            "import aml_ray.cli\n"
+            "aml_ray.cli.main = lambda: print('collecting' if gc.isenabled() else 'paused')\n"
+            "from aml_ray.__main__ import main\n"
+            "sys.argv = ['aml-ray', *sys.argv[1:]]\n"
+            "main()\n")
+    said = {args[0]: subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                                    timeout=60).stdout.strip()
+            for args in (["run", "--help"], ["check", "--help"], ["serve"], ["--help"])}
+    assert said == {"run": "paused", "check": "collecting", "serve": "collecting", "--help": "collecting"}
+
+
+def test_a_paused_collector_stays_paused_through_the_start_and_runs_again_with_the_pipeline(tmp_path, locomo_file,
+                                                                                          monkeypatch):
+    """:func:`aml_ray.run.collector.pause` (the entry's, for ``aml-ray run``): the collector is still off while
+    Ray starts, and on again, with the start's objects frozen, when the pipeline starts; the run completes.
+    An evaluation in a process that never paused it leaves the collector alone (the run before)."""
+    import gc
+
+    from aml_ray.run import collector
+
+    seen: dict[str, bool] = {}
+    start_ray, run_pipeline = evaluation._start_ray, pipeline_module.run_pipeline
+
+    def starting_ray(**kwargs):
+        seen["collecting while Ray starts"] = gc.isenabled()
+        return start_ray(**kwargs)
+
+    def pipeline(*args, **kwargs):
+        seen["collecting when the pipeline starts"] = gc.isenabled()
+        seen["start's objects frozen"] = gc.get_freeze_count() > 0
+        return run_pipeline(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "_start_ray", starting_ray)
+    monkeypatch.setattr(pipeline_module, "run_pipeline", pipeline)
+    assert _retrieval_run_on_the_reference_system(tmp_path / "alone", locomo_file)["status"] == "completed"
+    assert seen == {"collecting while Ray starts": True, "collecting when the pipeline starts": True,
+                    "start's objects frozen": False}
+    collector.pause()
+    try:
+        assert _retrieval_run_on_the_reference_system(tmp_path / "paused", locomo_file)["status"] == "completed"
+    finally:
+        collector.resume()
+        gc.unfreeze()
+        gc.enable()
+    assert seen == {"collecting while Ray starts": False, "collecting when the pipeline starts": True,
+                    "start's objects frozen": True}

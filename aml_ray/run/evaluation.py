@@ -38,6 +38,7 @@ from aml_ray.run.outcome import StageFailed, run_outcome
 from aml_ray.run.preflight import PreflightFailed, PreflightReport, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
+from aml_ray.run import collector
 from aml_ray.run.head_start import HeadStart
 from aml_ray import interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
@@ -360,6 +361,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     # the memories' checks go along with the pipeline (aml_ray.run.memory_checks); a resumed run's evidence also
     # holds earlier attempts' rows: its checks read the files after the pipeline
     running = None if "resumed_at" in info else RunningChecks(samples, inputs)
+    collector.resume()  # paused by the command's entry for its start (aml_ray.run.collector)
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
