@@ -25,6 +25,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
+import aml_ray.aiohttp_tls  # noqa: F401, I001 - first: aiohttp's CA load goes to a thread (its docstring)
 import aiohttp
 from aiolimiter import AsyncLimiter
 from yarl import URL
