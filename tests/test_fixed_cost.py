@@ -470,7 +470,7 @@ def test_the_process_start_is_not_put_before_the_process_existed():
 
 @pytest.mark.parametrize("ray_here", [True, False])
 def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here):
-    """The command's exit (``aml-ray`` = ``aml_ray.cli:main``): after a run that started and stopped its own
+    """The command's exit (``aml-ray`` = ``aml_ray.__main__:main``, which calls ``aml_ray.cli.main``): after a run that started and stopped its own
     Ray, the interpreter's teardown (0.4-0.5 s of Ray's native finalisation) is skipped, the code and the
     printed output kept; without that Ray the usual exit runs (atexit handlers included)."""
     code = ("import atexit, sys\n"
