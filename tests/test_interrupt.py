@@ -29,6 +29,22 @@ def _journalled(adds: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in adds.glob("*.jsonl"))
 
 
+def _output_or_stacks(proc: subprocess.Popen) -> str:
+    """The command's output once it ended; a command still running after :data:`GUARD_S` fails the test with
+    every thread's stack (SIGABRT: faulthandler, which the test's ``PYTHONFAULTHANDLER`` arms, prints them), so
+    that a hang says where it hangs."""
+    try:
+        return proc.communicate(timeout=GUARD_S)[0]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            output = proc.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output = proc.communicate()[0]
+        pytest.fail(f"still running {GUARD_S} s after Ctrl-C; its output and stacks:\n{output[-20000:]}")
+
+
 #: The participant's Searches: the pre-flight's probe, then the sample's 152.
 SEARCHES = 1 + 152
 
@@ -63,7 +79,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_resume_finishes_it(tmp_path, locom
         while time.monotonic() < deadline and server.stats()["n"].get("search", 0) < searches:
             time.sleep(0.02)
         os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C
-        output = proc.communicate(timeout=GUARD_S)[0]
+        output = _output_or_stacks(proc)
         said = " ".join(output.split())
         assert proc.returncode == 130, output
         assert "Traceback" not in output and "Error" not in output and "Exception" not in output, output
