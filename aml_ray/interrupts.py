@@ -1,5 +1,5 @@
 """Ctrl-C that cannot leave a lock behind or be lost: SIGINT raises ``KeyboardInterrupt`` only outside
-``logging`` and finalisers.
+``logging``, imports and finalisers.
 
 Python's default SIGINT handler raises ``KeyboardInterrupt`` in the main thread at whatever bytecode runs
 when the signal arrives. Inside :mod:`logging` that can be between taking a lock and the ``try`` that frees
@@ -13,6 +13,8 @@ test's 90 s guard (tests/test_interrupt.py).
 stack belongs to :mod:`logging`: it sends SIGINT to the main thread again shortly, and the interrupt lands
 once the logging call has returned. A logging call takes microseconds, so Ctrl-C still ends the command at
 once; everywhere else (waits on events, threads, sockets, Ray) it behaves as Python's default handler.
+It defers the same way during an import (:data:`DEFERRED_IN`: a module's import lock can be left held),
+at most for the import's time.
 
 It defers the same way inside a finaliser (a ``__del__`` method, a ``weakref`` callback): Python prints
 "Exception ignored in ..." and drops what a finaliser raises, so an interrupt landing in Ray's
@@ -45,9 +47,13 @@ _held = False
 
 
 #: Packages inside which an interrupt is deferred: logging (a lock left held), filelock, whose at-fork
-#: hook swallowed it ("Exception ignored in ... ensure_current_process", seen in a clean-clone CI run), and
-#: weakref (``weakref.finalize`` callbacks, whose exceptions are dropped).
-DEFERRED_IN = ("logging", "filelock", "weakref")
+#: hook swallowed it ("Exception ignored in ... ensure_current_process", seen in a clean-clone CI run),
+#: weakref (``weakref.finalize`` callbacks, whose exceptions are dropped), and importlib: a module's import
+#: lock is taken and given back in Python code (``importlib._bootstrap._ModuleLock``, outside any ``try``
+#: between its count and its return), so an interrupt there leaves the lock held and any other thread that
+#: imports that module waits for ever; the main thread imports while ``ray.init`` runs, beside the head
+#: start's thread. The interrupt lands once the import is done.
+DEFERRED_IN = ("logging", "filelock", "weakref", "importlib")
 #: Functions inside which an interrupt is deferred: finalisers, whose exceptions Python drops.
 DEFERRED_FUNCTIONS = ("__del__",)
 

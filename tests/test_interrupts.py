@@ -50,6 +50,28 @@ def test_ctrl_c_inside_a_logging_call_lands_after_it(ctrl_c_handler):
         log.removeHandler(handler)
 
 
+def test_ctrl_c_inside_an_import_lands_after_it(ctrl_c_handler, tmp_path, monkeypatch):
+    """An import takes and gives back its module's lock in Python code (``importlib._bootstrap``): an interrupt
+    landing there can leave the lock held, and every other thread importing that module then waits for ever
+    (the main thread imports during ``ray.init``, beside the head start's thread). The module's code receives
+    SIGINT; the import completes, the module is in ``sys.modules``, and the interrupt comes right after."""
+    import sys
+
+    (tmp_path / "aml_ray_ctrl_c_module.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGINT)\nfor _ in range(1000):\n    pass\nFINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import aml_ray_ctrl_c_module  # Python's own handler raised KeyboardInterrupt inside its code
+
+        assert aml_ray_ctrl_c_module.FINISHED and "aml_ray_ctrl_c_module" in sys.modules
+        t = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(5)
+        assert time.monotonic() - t < 1.0
+    finally:
+        sys.modules.pop("aml_ray_ctrl_c_module", None)
+
+
 class _CtrlCWhileFinalised:
     """An object that receives SIGINT while its ``__del__`` runs, as Ray's ``ActorHandle.__del__`` did."""
 
