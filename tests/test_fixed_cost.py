@@ -470,8 +470,8 @@ def test_the_process_start_is_not_put_before_the_process_existed():
 
 @pytest.mark.parametrize("ray_here", [True, False])
 def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here):
-    """The command's exit (``aml-ray`` = ``aml_ray.__main__:main``, which calls ``aml_ray.cli.main``): after a run that started and stopped its own
-    Ray, the interpreter's teardown (0.4-0.5 s of Ray's native finalisation) is skipped, the code and the
+    """The command's exit (``aml-ray`` = ``aml_ray.__main__:main``, which calls ``aml_ray.cli.main``): after a run
+    that started and stopped its own Ray, the interpreter's teardown (0.4-0.5 s of Ray's native finalisation) is skipped, the code and the
     printed output kept; without that Ray the usual exit runs (atexit handlers included)."""
     code = ("import atexit, sys\n"
             "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
@@ -483,6 +483,37 @@ def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 3, out.stderr[-2000:]
     assert out.stdout == ("result printed" if ray_here else "result printedteardown ran\n")
+
+
+def test_exit_process_after_a_ctrl_c_inside_ray_init_stops_its_ray_and_skips_the_teardown():
+    """A Ctrl-C that lands inside ``ray.init`` (``aml-ray run`` interrupted while Ray starts and the head start
+    sends Adds: tests/test_interrupt.py's head start case) left through ``sys.exit``: the process had not yet
+    marked the cluster as its own, so the teardown ran under a Ray already up (the crash exit_process documents).
+    Here ``ray.init`` starts the cluster and then raises ``KeyboardInterrupt`` before it returns."""
+    code = ("import atexit, sys\n"
+            "import ray\n"
+            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
+            "real = ray.init\n"
+            "def interrupted(*args, **kwargs):\n"
+            "    real(*args, **kwargs)\n"
+            "    raise KeyboardInterrupt\n"
+            "ray.init = interrupted\n"
+            "atexit.register(lambda: print('teardown ran'))\n"
+            "try:\n"
+            "    init_ray(num_cpus=1, private=True)\n"
+            "except KeyboardInterrupt:\n"
+            "    raylet = ray._private.worker._global_node.all_processes['raylet'][0].process.pid\n"
+            "    print(raylet, 'interrupted', end='', flush=True)\n"
+            "exit_process(130)\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    raylet, said = out.stdout.split(" ", 1)
+    assert out.returncode == 130 and said == "interrupted", out.stdout + out.stderr[-2000:]
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(int(raylet)) and psutil.Process(int(raylet)).status() != psutil.STATUS_ZOMBIE \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(int(raylet)) or psutil.Process(int(raylet)).status() == psutil.STATUS_ZOMBIE
 
 
 def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_teardown():

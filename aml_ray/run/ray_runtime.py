@@ -133,10 +133,12 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None, private
         kwargs.update(num_cpus=num_cpus, _temp_dir=tmp)
     if local and private:
         kwargs["_system_config"] = PRIVATE_SYSTEM_CONFIG
+    global _started_here
+    # before ray.init: a Ctrl-C inside it (the head start's Adds go on meanwhile) must leave through exit_process's
+    # os._exit too, never the teardown under a Ray half started (the crash exit_process documents)
+    _started_here = _started_here or local
     with _private_head(log_monitor=kwargs["log_to_driver"]) if local and private else contextlib.nullcontext():
         ray.init(address=address, **kwargs)
-    global _started_here
-    _started_here = _started_here or local
     return True
 
 
