@@ -490,30 +490,44 @@ def test_exit_process_after_a_ctrl_c_inside_ray_init_stops_its_ray_and_skips_the
     sends Adds: tests/test_interrupt.py's head start case) left through ``sys.exit``: the process had not yet
     marked the cluster as its own, so the teardown ran under a Ray already up (the crash exit_process documents).
     Here ``ray.init`` starts the cluster and then raises ``KeyboardInterrupt`` before it returns."""
-    code = ("import atexit, sys\n"
-            "import ray\n"
-            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
-            "real = ray.init\n"
-            "def interrupted(*args, **kwargs):\n"
-            "    real(*args, **kwargs)\n"
-            "    raise KeyboardInterrupt\n"
-            "ray.init = interrupted\n"
-            "atexit.register(lambda: print('teardown ran'))\n"
-            "try:\n"
-            "    init_ray(num_cpus=1, private=True)\n"
-            "except KeyboardInterrupt:\n"
-            "    raylet = ray._private.worker._global_node.all_processes['raylet'][0].process.pid\n"
-            "    print(raylet, 'interrupted', end='', flush=True)\n"
-            "exit_process(130)\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = _exit_script("real = ray.init\n"
+                       "def interrupted(*args, **kwargs):\n"
+                       "    real(*args, **kwargs)\n"
+                       "    raise KeyboardInterrupt\n"
+                       "ray.init = interrupted\n"
+                       "atexit.register(lambda: print('teardown ran'))\n"
+                       "try:\n"
+                       "    init_ray(num_cpus=1, private=True)\n"
+                       "except KeyboardInterrupt:\n"
+                       f"    print({RAYLET_PID}, 'interrupted', end='', flush=True)\n"
+                       "exit_process(130)\n")
     raylet, said = out.stdout.split(" ", 1)
     assert out.returncode == 130 and said == "interrupted", out.stdout + out.stderr[-2000:]
+    assert _ended(int(raylet))
+
+
+#: The pid of the raylet of the cluster a script started (an expression in its code).
+RAYLET_PID = "ray._private.worker._global_node.all_processes['raylet'][0].process.pid"
+
+
+def _exit_script(body: str) -> subprocess.CompletedProcess:
+    """``body`` run in a process of its own (no ``RAY_ADDRESS``: a cluster of its own), after ``atexit``, ``sys``,
+    ``ray`` and ray_runtime's ``exit_process`` and ``init_ray`` are imported; its output captured."""
+    code = "import atexit, sys\nimport ray\nfrom aml_ray.run.ray_runtime import exit_process, init_ray\n" + body
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within 5 s: the kernel kills a driver's fate-shared raylet
+    as the driver ends, not before the driver's exit status is read (seen "running" for an instant under load)."""
     deadline = time.monotonic() + 5
-    while psutil.pid_exists(int(raylet)) and psutil.Process(int(raylet)).status() != psutil.STATUS_ZOMBIE \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not psutil.pid_exists(int(raylet)) or psutil.Process(int(raylet)).status() == psutil.STATUS_ZOMBIE
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        time.sleep(0.05)
+    return not psutil.pid_exists(pid)
 
 
 def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_teardown():
@@ -521,28 +535,14 @@ def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_
     teardown destroyed Ray's core worker under its running I/O thread: `aml-ray run` died of SIGSEGV after
     printing "interrupted" (a core file: TaskManager::RecordMetrics under CoreWorkerProcess::HandleAtExit).
     Now exit_process shuts that Ray down and leaves without the teardown, with the code asked for."""
-    code = ("import atexit, sys\n"
-            "import ray\n"
-            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
-            "init_ray(num_cpus=1, private=True)\n"
-            "raylet = ray._private.worker._global_node.all_processes['raylet'][0].process.pid\n"
-            "atexit.register(lambda: print('teardown ran'))\n"
-            "print(raylet, end=' ', flush=True)\n"
-            "exit_process(130)\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    out = _exit_script("init_ray(num_cpus=1, private=True)\n"
+                       "atexit.register(lambda: print('teardown ran'))\n"
+                       f"print({RAYLET_PID}, end=' ', flush=True)\n"
+                       "exit_process(130)\n")
     assert out.returncode == 130, out.stderr[-2000:]
     raylet = int(out.stdout.split()[0])
     assert out.stdout == f"{raylet} "  # no teardown: the atexit handler did not run
-    # the kernel kills the fate-shared raylet as the driver ends, not before its exit status is read: seen
-    # "running" for an instant once under load
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(raylet) and time.monotonic() < deadline:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE:
-                break
-        time.sleep(0.05)
-    assert not psutil.pid_exists(raylet) or psutil.Process(raylet).status() == psutil.STATUS_ZOMBIE
+    assert _ended(raylet)
 
 
 def test_aml_ray_run_computes_the_code_provenance_beside_the_preflight(tmp_path, locomo_file):
