@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.evidence import RunDir, read_adds
-from aml_ray.run.isolation import find_leaks, index_adds
 from aml_ray.run.outcome import FailureBudget, run_outcome
 from aml_ray.run.pipeline import StageFailed
 from aml_ray.run.preflight import PreflightFailed, preflight
@@ -85,36 +84,6 @@ def test_run_outcome_completed_partial_failed():
 def test_a_resent_add_counts_by_its_last_row():
     adds = pl.DataFrame({"sample_id": ["s", "s", "s"], "chunk_index": [0, 1, 1], "status": ["ok", "error", "ok"]})
     assert run_outcome(adds, _questions(["scored"]), expected_adds=2, scorable=1).status == "completed"
-
-
-# --- leak detection (no Ray) --------------------------------------------------------------------------------------
-
-ALICE = [{"request_id": "eval:r:d:a:chunk-0", "user_id": "eval:r:d:a", "messages": [
-    {"role": "user", "content": "I adopted a grey cat called Pepper from the shelter on Main Street"},
-    {"role": "user", "content": "ok"},
-    {"role": "user", "content": "We both went to the big lake by the old mill for the summer"}]}]
-BOB = [{"request_id": "eval:r:d:b:chunk-0", "user_id": "eval:r:d:b", "messages": [
-    {"role": "user", "content": "My sister Jane runs a bakery that sells sourdough every single morning"},
-    {"role": "user", "content": "ok"},
-    {"role": "user", "content": "We both went to the big lake by the old mill for the summer"}]}]
-
-
-def test_leaks_by_content_and_by_id_and_never_for_shared_or_short_messages():
-    owners = index_adds([("eval:r:d:a", ALICE), ("eval:r:d:b", BOB)])
-    rows = [
-        {"question_id": "a-own", "user_id": "eval:r:d:a", "memories": [
-            {"id": "1", "content": "I adopted a grey cat called Pepper from the shelter on Main Street"},
-            {"id": "2", "content": "ok"},  # short: Bob was sent it too, and it is under 8 words anyway
-            {"id": "3", "content": "We both went to the big lake by the old mill for the summer"}]},  # shared
-        {"question_id": "a-leak", "user_id": "eval:r:d:a", "memories": [
-            {"id": "9", "content": "Alice: hello\nBob: my sister  Jane runs a bakery that sells sourdough every "
-                                   "single morning\nthanks"}]},
-        {"question_id": "b-id", "user_id": "eval:r:d:b", "memories": [{"id": "eval:r:d:a:chunk-0", "content": "x"}]},
-    ]
-    leaks = find_leaks(rows, owners)
-    assert [(l["question_id"], l["owner_user_id"], l["rule"], l["rank"]) for l in leaks] == \
-        [("a-leak", "eval:r:d:b", "content", 1), ("b-id", "eval:r:d:a", "id", 1)]
-    assert leaks[0]["evidence"] == "message starting 'my sister jane runs a bakery that sells'"
 
 
 # --- pre-flight (no Ray) -----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Leak detection inside every run: a Search that returns another user_id's memory (issue 24).
+"""Leak detection inside every run: a Search that returns another user_id's memory.
 
 user_id is the only isolation boundary of the AML contract (DESIGN.md "IDs"). The platform knows what
 every user_id of the run was sent (its Add messages and request_ids), so after the run's traffic it
@@ -6,22 +6,27 @@ checks each question's returned memories against the other users' Adds:
 
 - **id rule**: the memory's ``id`` equals a request_id the run sent for another user_id;
 - **content rule**: the memory's content holds, word for word after normalising (lower case, runs of
-  whitespace as one space), a message of another user_id of at least :data:`MIN_WORDS` words, a message
-  that the question's own user was never sent. Messages that several users were sent (LongMemEval's
-  shared haystack sessions) belong to all of them and never count. Participants that rewrite text
-  (extracted facts, summaries) are not caught by this rule: it finds copies, which is what a store that
-  ignores ``user_id`` returns.
+  whitespace as one space), a message of another user_id of at least :data:`MIN_WORDS` words that the
+  question's own user was never sent, neither whole nor as part of one of its own messages. A message
+  that several users were sent (LongMemEval's shared haystack sessions) belongs to each of them; one
+  that only other users were sent is a leak however many of them share it. The "part of" clause matters
+  because LongMemEval's haystacks lightly edit the sessions they share: one user's message can be
+  another's with a sentence added in front, so the shorter one sits inside the longer user's own chunk.
+  Participants that rewrite text (extracted facts, summaries) are not caught by this rule: it finds
+  copies, which is what a store that ignores ``user_id`` returns.
 
 A message is found in a memory through its first :data:`MIN_WORDS` words (an index of openings, one
 entry per message, so a large corpus costs one pass over its messages), then confirmed by a substring
-test of the whole message. Each distinct (user_id, memory) pair is checked once.
+test of the whole message; a hit is then checked against the asking user's own messages (each user's
+messages are kept as hashes into one table of distinct texts). Each distinct (user_id, memory) pair is
+checked once.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -45,6 +50,12 @@ class _Owners:
     request_owner: dict[str, str]
     text_owners: dict[int, set[str]]  # hash(normalised message) -> user_ids sent it
     openings: dict[str, list[tuple[str, int]]]  # first MIN_WORDS words -> [(normalised message, its hash)]
+    texts: dict[int, str] = field(default_factory=dict)  # hash -> normalised message of MIN_WORDS words or more
+    user_texts: dict[str, set[int]] = field(default_factory=dict)  # user_id -> hashes of its messages
+
+    def sent_within(self, user_id: str, message: str) -> bool:
+        """True when ``user_id`` was sent ``message`` (normalised), whole or inside one of its own messages."""
+        return any(message in self.texts[h] for h in self.user_texts.get(user_id, ()))
 
 
 def _message_texts(add: dict[str, Any]) -> Iterator[str]:
@@ -60,14 +71,17 @@ def index_adds(adds_by_user: Iterable[tuple[str, list[dict[str, Any]]]]) -> _Own
     """Index the run's Adds: ``[(user_id, [AddRequest dicts]), ...]`` -> who was sent what."""
     owners = _Owners({}, {}, {})
     for user_id, adds in adds_by_user:
+        own = owners.user_texts.setdefault(user_id, set())
         for add in adds:
             owners.request_owner[add["request_id"]] = user_id
             for text in _message_texts(add):
                 norm = normalise(text)
                 words = norm.split(" ")
                 if len(words) < MIN_WORDS:
-                    continue
+                    continue  # too short to be a leak, and too short to hold one
                 h = hash(norm)
+                owners.texts.setdefault(h, norm)
+                own.add(h)
                 users = owners.text_owners.setdefault(h, set())
                 if not users:
                     owners.openings.setdefault(" ".join(words[:MIN_WORDS]), []).append((norm, h))
@@ -76,7 +90,8 @@ def index_adds(adds_by_user: Iterable[tuple[str, list[dict[str, Any]]]]) -> _Own
 
 
 def _content_owner(content: str, user_id: str, owners: _Owners) -> tuple[str, str] | None:
-    """``(other user_id, the message's first words)`` when ``content`` holds a message only others were sent."""
+    """``(other user_id, the message's first words)`` when ``content`` holds a message that others were sent
+    and ``user_id`` was not, neither whole nor inside one of its own messages."""
     norm = normalise(content[:MAX_MEMORY_CHARS])
     words = norm.split(" ")
     for i in range(len(words) - MIN_WORDS + 1):
@@ -85,7 +100,7 @@ def _content_owner(content: str, user_id: str, owners: _Owners) -> tuple[str, st
             continue
         for message, h in candidates:
             users = owners.text_owners[h]
-            if user_id in users or message not in norm:
+            if user_id in users or message not in norm or owners.sent_within(user_id, message):
                 continue
             return sorted(users)[0], " ".join(words[i:i + MIN_WORDS])
     return None
