@@ -151,15 +151,27 @@ def participant_spec(participant: str, add_url, search_url, auth: str, secret_en
 def open_participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
                  max_in_flight: int, rps: float | None, multimodal: bool = False):
     """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
-    parts when ``multimodal``: the run's track is the Multimodal one)."""
+    parts when ``multimodal``: the run's track is the Multimodal one).
+
+    Raises:
+        typer.Exit: :data:`EXIT_RUN_FAILED` when the reference system does not start (one line naming its
+            log file: :class:`~aml_ray.reference.server.ReferenceStartError`).
+    """
     from aml_ray.actors.participant import ParticipantSpec
 
     label, spec = participant_spec(participant, add_url, search_url, auth, secret_env, max_in_flight, rps)
     if spec is not None:
         yield label, spec
         return
-    from aml_ray.reference.server import ReferenceServer
+    from aml_ray.reference.server import ReferenceServer, ReferenceStartError
 
-    with ReferenceServer(workdir / "reference", multimodal=multimodal) as server:
+    server = ReferenceServer(workdir / "reference", multimodal=multimodal)
+    try:
+        server.start()
+    except ReferenceStartError as exc:
+        fail(str(exc), EXIT_RUN_FAILED)
+    try:
         yield label, ParticipantSpec(add_url=server.add_url, search_url=server.search_url,
                                      health_url=server.health_url, max_in_flight=max_in_flight, requests_per_s=rps)
+    finally:
+        server.stop()

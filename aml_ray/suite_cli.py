@@ -51,7 +51,7 @@ def dataset_table(outcome, bundle, category_names: dict[str, str], *, offline: b
     """One dataset's table: a row per category and the dataset row, each with coverage.
 
     Args:
-        outcome: the bundle's :class:`~aml_ray.run.evaluation.BundleOutcome` (status ``ran``).
+        outcome: the bundle's :class:`~aml_ray.run.suite_run.BundleOutcome` (status ``ran``).
         bundle: its :class:`~aml_ray.suite.Bundle`.
         category_names: display names of the categories.
         offline: the offline answerer/judge was used (said in the caption).
@@ -100,9 +100,12 @@ def overall_table(result, *, offline: bool) -> Table:
                   _with_ci(o.score, *o.score_ci, o.score_se), note,
                   style=None if o.status == "ran" else "dim")
     ov = result.overall
-    t.add_row("Overall", f"{ov['datasets']} dataset(s)", str(ov["n_total"]), str(ov["n_scored"]), _num(ov["coverage"]),
-              _with_ci(ov["score"], ov.get("score_ci_low"), ov.get("score_ci_high")),
-              "unweighted mean of the dataset scores", style="bold")
+    lacks = ov.get("lacks") or []
+    t.add_row("Overall", f"{ov['datasets']} dataset(s)" + (", incomplete" if lacks else ""), str(ov["n_total"]),
+              str(ov["n_scored"]), _num(ov["coverage"]), _with_ci(ov["score"], ov.get("score_ci_low"),
+                                                                   ov.get("score_ci_high")),
+              "unweighted mean of the dataset scores" + (f"; INCOMPLETE, lacks: {', '.join(lacks)}" if lacks else ""),
+              style="bold")
     return t
 
 
@@ -120,11 +123,11 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         datasets_dir: the datasets directory (None: ``$AML_DATASETS_DIR`` or the default).
         top_k / context_budget / judge_runs: the run's values; those that differ from the suite's are
             reported as deviations from the release baseline.
-        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.run.evaluation.SuiteConfig`.
+        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.run.suite_run.SuiteConfig`.
         console: where to print (default: stdout at the command line's width, ``COLUMNS`` when set).
 
     Returns:
-        The :class:`~aml_ray.run.evaluation.SuiteResult`.
+        The :class:`~aml_ray.run.suite_run.SuiteResult`.
 
     Raises:
         FileNotFoundError: unknown suite.
@@ -133,7 +136,7 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
     """
     from aml_ray.cli_common import make_console
     from aml_ray.datasets.registry import DATASETS
-    from aml_ray.run.evaluation import SuiteConfig, evaluate_suite
+    from aml_ray.run.suite_run import SuiteConfig, evaluate_suite
     from aml_ray.suite import datasets_dir as resolve_datasets_dir
     from aml_ray.suite import load_suite
 

@@ -43,6 +43,8 @@ MODES: dict[str, str] = {
     "success_string": 'Add answers "success": "true" (a string)',
     "top_k_plus_one": "Search returns top_k + 1 items when it has that many",
     "leak_all": "Search ignores user_id",
+    "leak_locomo": "Search ignores user_id when it asks for a LoCoMo user_id (one holding ':locomo:'); "
+                   "it follows the contract for every other dataset",
     "leak_case": "Search compares user_id case-insensitively",
     "leak_suffix": "Search matches a user_id that is a prefix or extension of the stored one",
     "no_ryw": "a write becomes searchable 1 s after the Add's 200",
@@ -181,7 +183,7 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
                              "session_id": echo(sid)})
 
     def same_user(stored: str, asked: str) -> bool:
-        if "leak_all" in modes:
+        if "leak_all" in modes or ("leak_locomo" in modes and ":locomo:" in asked):
             return True
         if "leak_case" in modes:
             return stored.lower() == asked.lower()

@@ -96,7 +96,7 @@ def test_bad_inputs():
 def _suite_result():
     from types import SimpleNamespace
 
-    from aml_ray.run.evaluation import BundleOutcome, overall_of
+    from aml_ray.run.suite_run import BundleOutcome, overall_of
 
     outcomes = [
         BundleOutcome("small", "small", "Small", "ran", score=0.5, score_se=0.158, coverage=1.0, n_total=10,
@@ -120,7 +120,7 @@ def test_suite_overall_interval_resamples_within_each_dataset():
 
 
 def test_suite_overall_interval_is_none_without_credits():
-    from aml_ray.run.evaluation import BundleOutcome, overall_of
+    from aml_ray.run.suite_run import BundleOutcome, overall_of
 
     overall = overall_of([BundleOutcome("a", "a", "A", "ran", score=0.5, n_total=2, n_scored=2)])
     assert overall["score"] == 0.5 and overall["score_ci_low"] is None and overall["score_ci_high"] is None
@@ -149,7 +149,7 @@ def test_suite_overall_table_keeps_a_long_skip_reason_whole():
 
     from rich.console import Console
 
-    from aml_ray.run.evaluation import BundleOutcome, overall_of
+    from aml_ray.run.suite_run import BundleOutcome, overall_of
     from aml_ray.suite_cli import overall_table
 
     reason = ("refused: /data/scriptmem/scriptmem.json: sha256 0123abcd differs from the pinned 4567ef01; "

@@ -80,7 +80,7 @@ import polars as pl
 from aml_ray.cli_common import console
 from aml_ray.cli_tables import render_recall_table
 from aml_ray.datasets.registry import DATASETS
-from aml_ray.run.evaluation import BundleOutcome, overall_of
+from aml_ray.run.suite_run import BundleOutcome, overall_of
 from aml_ray.scoring.aggregate import aggregate
 from aml_ray.scoring.evidence_recall import KS, recall_table
 from aml_ray.suite import load_suite

@@ -10,6 +10,7 @@ import pytest
 from aml_ray.contract import (AddRequest, SearchRequest, validate_add_response,
                               validate_search_response)
 from aml_ray.reference import ReferenceServer
+from aml_ray.reference.server import ReferenceStartError
 from aml_ray.reference.bm25_index import BM25Index, tokenize
 from aml_ray.reference.store import Memory
 
@@ -172,11 +173,13 @@ def test_persists_across_restart(tmp_path):
         assert len(do_search(c, srv, user, "favourite opera")) == 1
 
 
-def test_startup_failure_reports_stderr(tmp_path):
+def test_startup_failure_is_one_line_naming_the_log_and_keeps_its_tail(tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    with pytest.raises(RuntimeError, match="stderr tail"):
+    with pytest.raises(ReferenceStartError) as info:
         ReferenceServer(tmp_path, db_path=blocker / "db.sqlite3", startup_timeout=20).start()
+    assert "\n" not in str(info.value) and str(tmp_path / "reference.stderr.log") in str(info.value)
+    assert "Traceback" in info.value.stderr_tail
 
 
 def _mem(i: int, user: str, content: str) -> Memory:

@@ -194,7 +194,7 @@ def _layout_datasets(root):
 def suite_run(tmp_path_factory, ray_session):
     from aml_ray.actors.participant import ParticipantSpec
     from aml_ray.config import model_endpoint_from_env
-    from aml_ray.run.evaluation import SuiteConfig, evaluate_suite
+    from aml_ray.run.suite_run import SuiteConfig, evaluate_suite
     from aml_ray.reference.server import ReferenceServer
 
     tmp = tmp_path_factory.mktemp("suite")
@@ -268,7 +268,7 @@ def test_overall_is_the_unweighted_mean_with_coverage_and_suite_json(suite_run):
     assert "unweighted mean" in info["aggregation_rule"] and info["release_baseline"]["top_k"] == 100
     assert {b["name"]: b["status"] for b in info["bundles"]}["clbench"] == "ran"
     with pytest.raises(FileExistsError):
-        from aml_ray.run.evaluation import SuiteConfig, evaluate_suite
+        from aml_ray.run.suite_run import SuiteConfig, evaluate_suite
 
         evaluate_suite(SuiteConfig(participant=None, answer=None, judge=None, out_dir=tmp / "run"))
 

@@ -77,7 +77,7 @@ def test_longmemeval_types_hold_their_abstention_questions_as_upstream():
     table = {r["category"]: r for r in aggregate(_lme_rows()).to_dicts()}
     assert {t: (round(table[t]["accuracy"], 4), table[t]["n_total"]) for t in QUESTION_TYPES} == LME_BY_TYPE
     assert round(table["overall"]["accuracy"], 4) == LME_OVERALL
-    # the task average as aml_ray.run.evaluation.evaluate_suite computes it from the table (the suite's rule)
+    # the task average as aml_ray.run.suite_run.evaluate_suite computes it from the table (the suite's rule)
     avg = load_suite().bundle("longmemeval_oracle").task_averages[0]
     values = [table[c]["accuracy"] for c in avg.categories if table.get(c)]
     assert round(sum(values) / len(values), 4) == LME_TASK_AVERAGED

@@ -4,7 +4,7 @@ The command prints exactly one line ``READY http://host:port`` to stdout once it
 ``--port 0`` the OS picks a free port). The secret is read from an environment variable, never from argv,
 so it does not show up in process listings.
 
-Dying with the driver (issue 24): a server started by :class:`ReferenceServer` must not outlive the
+Dying with the driver: a server started by :class:`ReferenceServer` must not outlive the
 process that started it, even one killed with SIGKILL (no ``stop()``, no ``finally``), or it keeps holding
 its port and its SQLite file. The child does it itself, two ways, both set up first thing in :func:`main`:
 
@@ -51,6 +51,24 @@ PARENT_POLL_S = 0.2
 ORPHAN_GRACE_S = 5.0
 #: ``PR_SET_PDEATHSIG`` of ``<linux/prctl.h>``.
 PR_SET_PDEATHSIG = 1
+#: Seconds :class:`ReferenceServer` waits for the server to listen and answer ``GET /health``. It is a
+#: second on an idle machine; the limit is generous because a loaded machine (other runs, a CI beside it)
+#: can stretch the interpreter's start and imports many times over, and a run that fails to start costs
+#: more than a minute of waiting. The server's own death is noticed at once, whatever the limit.
+STARTUP_TIMEOUT_S = 180.0
+
+
+class ReferenceStartError(RuntimeError):
+    """The reference system did not start. ``str()`` is one line naming the cause and the log file.
+
+    Attributes:
+        log_path: the server's stderr log (its traceback, if it crashed).
+        stderr_tail: the last few thousand characters of that log.
+    """
+
+    def __init__(self, why: str, log_path: Path, stderr_tail: str):
+        super().__init__(f"the reference system did not start: {why} (its log: {log_path})")
+        self.log_path, self.stderr_tail = log_path, stderr_tail
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,14 +252,15 @@ class ReferenceServer:
         auth: ``"Token"``, ``"Bearer"``, ``"X-Api-Key"`` or None.
         secret: the secret for ``auth`` (passed through the environment, not argv).
         host: bind address (default loopback).
-        startup_timeout: seconds to wait for ``READY`` and a healthy ``GET /health``.
+        startup_timeout: seconds to wait for ``READY`` and a healthy ``GET /health``
+            (default :data:`STARTUP_TIMEOUT_S`).
         db_path: database file, overriding ``directory / "reference.sqlite3"``.
         faults: a fault spec (:mod:`aml_ray.reference.chaos`) to run it as the chaos participant.
         multimodal: accept content parts (``--multimodal``).
     """
 
     def __init__(self, directory: Path, *, auth: str | None = None, secret: str | None = None,
-                 host: str = "127.0.0.1", startup_timeout: float = 30.0, db_path: Path | None = None,
+                 host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT_S, db_path: Path | None = None,
                  faults: str | None = None, multimodal: bool = False):
         self.faults = faults
         self.multimodal = multimodal
@@ -303,10 +322,9 @@ class ReferenceServer:
         except OSError:
             return ""
 
-    def _fail(self, why: str) -> RuntimeError:
+    def _fail(self, why: str) -> ReferenceStartError:
         self.stop()
-        return RuntimeError(f"reference server failed to start: {why}\n--- stderr tail ---\n"
-                            f"{self._stderr_tail()}")
+        return ReferenceStartError(why, self._stderr_path, self._stderr_tail())
 
     def start(self) -> ReferenceServer:
         """Start the subprocess and wait until ``GET /health`` answers 200. The subprocess exits when this
@@ -317,8 +335,9 @@ class ReferenceServer:
             self.
 
         Raises:
-            RuntimeError: the process exited, or did not become healthy within ``startup_timeout``;
-                the message carries the tail of its stderr.
+            ReferenceStartError: the process exited, or did not become healthy within ``startup_timeout``;
+                the message names its log file, the exception carries the log's tail.
+            RuntimeError: already started.
         """
         if self._proc is not None:
             raise RuntimeError("ReferenceServer already started")
@@ -348,9 +367,9 @@ class ReferenceServer:
             if self.base_url is not None:
                 break
             if self._proc.poll() is not None:
-                raise self._fail(f"process exited with status {self._proc.returncode}")
+                raise self._fail(f"its process exited with status {self._proc.returncode}")
             if time.monotonic() > deadline:
-                raise self._fail(f"no READY line within {self.startup_timeout:.0f}s")
+                raise self._fail(f"it printed no READY line within {self.startup_timeout:.0f} s")
             time.sleep(0.05)
         last = "no answer"
         while True:
@@ -362,9 +381,9 @@ class ReferenceServer:
             except httpx.HTTPError as exc:
                 last = type(exc).__name__
             if self._proc.poll() is not None:
-                raise self._fail(f"process exited with status {self._proc.returncode}")
+                raise self._fail(f"its process exited with status {self._proc.returncode}")
             if time.monotonic() > deadline:
-                raise self._fail(f"GET /health not 200 within {self.startup_timeout:.0f}s ({last})")
+                raise self._fail(f"GET /health was not 200 within {self.startup_timeout:.0f} s ({last})")
             time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> None:

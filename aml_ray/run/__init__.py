@@ -1,7 +1,9 @@
 """One evaluation run, in the order the data goes through it.
 
-- :mod:`~aml_ray.run.evaluation`: ``evaluate()`` / ``evaluate_suite()``, the entry points: pre-flight,
-  pipeline, scoring, run.json and results.json.
+- :mod:`~aml_ray.run.evaluation`: ``evaluate()``, the entry point of one dataset: pre-flight, pipeline,
+  scoring, run.json and results.json.
+- :mod:`~aml_ray.run.suite_run`: ``evaluate_suite()``, every present bundle of a suite, each bundle's
+  outcome its own, then Overall.
 - :mod:`~aml_ray.run.preflight`: one health check and one Add/Search round trip before any Add.
 - :mod:`~aml_ray.run.inputs`: the samples as one Arrow file each, the pipeline's input.
 - :mod:`~aml_ray.run.pipeline`: the Ray Data pipeline Ingest -> Answer -> Judge and its options.

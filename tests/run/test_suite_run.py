@@ -1,0 +1,60 @@
+"""``aml-ray run --suite textual`` on the benchmark files in ../shared/datasets: every present bundle runs to the
+end against an honest participant, and one bundle's failure is that bundle's alone (aml_ray.run.suite_run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from aml_ray.cli import app
+from tests.bad_participants import BadParticipant
+from tests.conftest import SHARED_DATASETS
+
+OFFLINE_ENV = {"ANSWER_API_BASE": "", "JUDGE_API_BASE": "", "AML_DATASETS_DIR": ""}
+#: The bundles whose files ../shared/datasets holds (LongMemEval oracle stands in for the absent -S file).
+PRESENT = ["locomo", "longmemeval_oracle", "beam"]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_whole_textual_suite_completes_against_the_reference_system(tmp_path):
+    """A few samples of every present bundle, through the command line, against reference:bm25."""
+    res = CliRunner().invoke(app, ["run", "--suite", "textual", "--datasets-dir", str(SHARED_DATASETS),
+                                   "--limit-samples", "3", "--participant", "reference:bm25",
+                                   "--out", str(tmp_path / "suite")], env=OFFLINE_ENV)
+    assert res.exit_code == 0, res.output
+    info = json.loads((tmp_path / "suite" / "suite.json").read_text())
+    bundles = {b["name"]: b for b in info["bundles"]}
+    assert [n for n, b in bundles.items() if b["status"] == "ran"] == PRESENT
+    for name in PRESENT:
+        run = json.loads((tmp_path / "suite" / name / "run.json").read_text())
+        assert run["status"] == "completed", (name, run.get("error"))
+        assert bundles[name]["n_scored"] == bundles[name]["n_total"] > 0
+    others = {n: b for n, b in bundles.items() if n not in PRESENT}
+    assert others and all(b["status"] == "skipped" for b in others.values()), others
+    assert bundles["personamem"]["reason"].startswith("absent:")
+    assert info["overall"]["datasets"] == 3 and info["overall"]["n_scored"] == info["overall"]["n_total"]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_bundle_that_fails_is_its_own_and_the_others_run_and_score(tmp_path):
+    """A participant that leaks LoCoMo users' memories fails LoCoMo (isolation); LongMemEval and BEAM still run."""
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.suite_run import SuiteConfig, evaluate_suite
+
+    with BadParticipant("leak_locomo", capacity=16) as leaky:
+        cfg = SuiteConfig(participant=leaky.spec(), answer=model_endpoint_from_env("answer", {}),
+                          judge=model_endpoint_from_env("judge", {}), out_dir=tmp_path / "suite",
+                          datasets_dir=SHARED_DATASETS, limit_samples=2, bundles=PRESENT)
+        result = evaluate_suite(cfg)
+    status = {o.name: o for o in result.outcomes}
+    assert status["locomo"].status == "failed"
+    assert status["locomo"].reason.startswith("stopped: isolation: ") and "\n" not in status["locomo"].reason
+    for name in ("longmemeval_oracle", "beam"):
+        assert status[name].status == "ran" and status[name].result.run_info["status"] == "completed"
+        assert status[name].n_scored == status[name].n_total > 0
+    assert result.overall["datasets"] == 2
+    assert result.overall["complete"] is False and result.overall["lacks"] == ["locomo"]
+    saved = json.loads((tmp_path / "suite" / "suite.json").read_text())
+    assert saved["overall"]["lacks"] == ["locomo"]
