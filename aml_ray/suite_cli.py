@@ -169,9 +169,10 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         o = value
         if o.status == "ran":
             console.print(f"  {o.name}: score {_num(o.score)}, coverage {_num(o.coverage)} "
-                          f"({o.n_scored}/{o.n_total} scored)")
+                          f"({o.n_scored}/{o.n_total} scored) in {o.wall_s:.1f} s")
         else:
-            console.print(f"  [yellow]{o.status}[/] {o.name}: {o.reason}")
+            console.print(f"  [yellow]{o.status}[/] {o.name}: {o.reason}"
+                          + (f" (after {o.wall_s:.1f} s)" if o.wall_s else ""))
 
     def on_progress(bundle: str, kind: str, values: dict[str, int]) -> None:
         progress = state["progress"]

@@ -38,10 +38,10 @@ MAX_REASON_CHARS = 400
 
 
 def one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` as one line of at most ``limit`` characters (whitespace runs folded, an ellipsis when cut).
+    r"""``text`` as one line of at most ``limit`` characters (whitespace runs folded, an ellipsis when cut).
 
     Examples:
-        >>> one_line("stopped:\n  the participant\tis gone", 30)
+        >>> one_line("stopped:\n  the participant\tis gone", 40)
         'stopped: the participant is gone'
         >>> one_line("x" * 10, 5)
         'xxxx…'
@@ -103,6 +103,7 @@ class BundleOutcome:
         deviations: how the run differs from the release baseline.
         credits: the per-question credits behind ``score`` (non-excluded questions, errors 0), for the
             Overall's bootstrap interval; None reads them from ``result``'s evidence when needed.
+        wall_s: seconds the bundle's run took (from its start to its outcome; 0 for a bundle that did not run).
     """
 
     name: str
@@ -120,6 +121,7 @@ class BundleOutcome:
     substitute_for: str | None = None
     deviations: list[str] = field(default_factory=list)
     credits: list[float] | None = field(default=None, repr=False)
+    wall_s: float = 0.0
 
     def question_credits(self) -> list[float] | None:
         """The per-question credits behind ``score`` (:func:`aml_ray.scoring.aggregate.with_credit`, excluded
@@ -144,7 +146,7 @@ class BundleOutcome:
         """The outcome for suite.json (no table, no evidence)."""
         return {k: getattr(self, k) for k in ("name", "dataset", "title", "status", "reason", "score", "score_se",
                                                "coverage", "n_total", "n_scored", "task_averages", "substitute_for",
-                                               "deviations")} | (
+                                               "deviations", "wall_s")} | (
             {"score_ci_low": self.score_ci[0], "score_ci_high": self.score_ci[1],
              "run_dir": str(self.result.run_dir.root)} if self.result else {})
 
@@ -288,6 +290,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
                     judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
                 progress = (lambda kind, values, _n=bundle.name: on_progress(_n, kind, values)) if on_progress else None
                 started_ray = init_ray(num_cpus=num_cpus, private=True) or started_ray
+                t_bundle = time.perf_counter()
                 try:
                     result = evaluate(ecfg, on_progress=progress, own_cluster=started_ray)
                 except FileNotFoundError as exc:
@@ -311,6 +314,8 @@ def evaluate_suite(cfg: SuiteConfig, *,
                         outcome.deviations.append(f"run {result.run_info['status']}: {result.run_info.get('error')}")
                     if bundle.substitute_for:
                         outcome.deviations.append(f"stands in for {bundle.substitute_for}, which is absent")
+                finally:
+                    outcome.wall_s = round(time.perf_counter() - t_bundle, 3)
             outcomes.append(outcome)
             if on_bundle:
                 on_bundle("done", outcome)

@@ -35,6 +35,8 @@ def test_the_whole_textual_suite_completes_against_the_reference_system(tmp_path
     assert others and all(b["status"] == "skipped" for b in others.values()), others
     assert bundles["personamem"]["reason"].startswith("absent:")
     assert info["overall"]["datasets"] == 3 and info["overall"]["n_scored"] == info["overall"]["n_total"]
+    assert info["overall"]["complete"] is False and "personamem" in info["overall"]["lacks"]
+    assert all(bundles[n]["wall_s"] > 0 for n in PRESENT) and bundles["personamem"]["wall_s"] == 0
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -58,3 +60,13 @@ def test_a_bundle_that_fails_is_its_own_and_the_others_run_and_score(tmp_path):
     assert result.overall["complete"] is False and result.overall["lacks"] == ["locomo"]
     saved = json.loads((tmp_path / "suite" / "suite.json").read_text())
     assert saved["overall"]["lacks"] == ["locomo"]
+
+
+def test_docstring_examples_of_the_suite_module():
+    """overall_of's Overall and its `lacks`, one_line's folding (no Ray)."""
+    import doctest
+
+    from aml_ray.run import suite_run
+
+    result = doctest.testmod(suite_run, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted >= 6
