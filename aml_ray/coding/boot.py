@@ -18,6 +18,9 @@ holds the writer: the reporter object lives only in pytest's plugin manager.
 
 One JSON object per line (the host's reader, :mod:`aml_ray.coding.verdict`, checks their order):
 
+- ``{"e": "loaded", "names": [...]}`` first: the top-level modules loaded before the repository took
+  ``sys.path[0]`` (a file of the repository by one of these names can no longer replace it; the host
+  flags a diff that adds one);
 - ``{"e": "start", "n": nodeid}`` when a test starts;
 - ``{"e": "call", "n": nodeid, "raised": name or null}``: what the test function itself raised, seen
   by a wrapper around ``pytest_runtest_call`` (independent of the report pytest builds afterwards);
@@ -116,6 +119,7 @@ def main(argv):
     fd = _open(argv[1])
     _not_dumpable()
     reporter = _Reporter(fd, os.write, json.dumps)
+    reporter._emit({"e": "loaded", "names": sorted({name.partition(".")[0] for name in sys.modules})})
     sys.argv = ["pytest", *argv[2:]]
     sys.path[0] = os.getcwd()  # where ``python -m pytest`` puts it, now that the reporter is loaded
     return pytest.main(argv[2:], plugins=[reporter])

@@ -443,7 +443,7 @@ class Sandbox(ABC):
         rec = verdict.parse_records(data)
         tests = verdict.outcomes(rec, job.tests, res.timed_out)
         line, disagreements = verdict.cross_check(rec, res.returncode, res.output, res.timed_out or bool(res.limit))
-        flags += disagreements
+        flags += disagreements + verdict.shadowing(rec, fields.get("files_changed", []))
         status: ReportStatus = "timeout" if res.timed_out else "memory_limit" if res.limit else "ok"
         detail = (f"stopped by the wall-clock limit of {self.config.wall_clock_s:g} s" if res.timed_out
                   else res.limit)

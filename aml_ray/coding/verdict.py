@@ -106,6 +106,7 @@ class Records:
     started: list[str] = field(default_factory=list)
     calls: dict[str, str | None] = field(default_factory=dict)
     collect_errors: int = 0
+    loaded: frozenset[str] = frozenset()
     finish: dict | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -128,6 +129,8 @@ def parse_records(data: bytes) -> Records:
         e, node = r.get("e") if isinstance(r, dict) else None, r.get("n") if isinstance(r, dict) else None
         if rec.finish is not None:
             rec.problems.append(f"results line {i} comes after the session finished")
+        elif e == "loaded" and not rec.started and not rec.loaded:
+            rec.loaded = frozenset(n for n in r.get("names") or [] if isinstance(n, str))
         elif e == "collect":
             rec.collect_errors += 1
         elif e == "start":
@@ -203,6 +206,20 @@ def summary_line(output: str) -> tuple[str | None, Counter]:
                     counts[word] += int(n)
             return line.strip(), counts
     return None, Counter()
+
+
+def shadowing(rec: Records, files_changed: list[str]) -> list[str]:
+    """Flags for files the diff wrote at the repository's top level that are named like a module the launcher
+    loaded before the repository (``pytest.py``, ``json.py``, ``_pytest/__init__.py``): a forgery attempt,
+    harmless now but never part of a fix."""
+    flags = []
+    for path in files_changed:
+        parts = path.split("/")
+        name = parts[0][:-3] if len(parts) == 1 and parts[0].endswith(".py") else (
+            parts[0] if len(parts) == 2 and parts[1] == "__init__.py" else None)
+        if name in rec.loaded:
+            flags.append(f"the diff writes {path}, named like the module {name} loaded before the repository")
+    return flags
 
 
 def cross_check(rec: Records, returncode: int | None, output: str, timed_out: bool) -> tuple[str | None, list[str]]:
