@@ -74,8 +74,9 @@ def _run(task, diff: str):
     return report
 
 
-def _forge_call(task) -> str:
-    return FORGE.format() + f"\n_aml_forge({list(task.fail_to_pass)!r})\n"
+def _forge_at_exit(task) -> str:
+    """Forge once the real results are written (the last record of a test won)."""
+    return FORGE.format() + f"\nimport atexit\natexit.register(_aml_forge, {list(task.fail_to_pass)!r})\n"
 
 
 def test_a_pytest_module_at_the_repository_root_does_not_replace_pytest(bench):
@@ -83,7 +84,7 @@ def test_a_pytest_module_at_the_repository_root_does_not_replace_pytest(bench):
     task = bench.tasks[0]
     fake = FORGE.format() + textwrap.dedent(f'''
         import sys
-        _aml_forge({list(task.fail_to_pass)!r})
+        _aml_forge([a for a in sys.argv if "::" in a])
         print("{len(task.fail_to_pass)} passed in 0.01s")
         sys.exit(0)
         ''')
@@ -104,7 +105,7 @@ def test_a_json_module_at_the_repository_root_loads_after_the_reporter(bench):
         _s.path.insert(0, _here)
         _s.modules["json"] = _real
         ''')
-    report = _run(task, _new_file("json.py", _forge_call(task) + real))
+    report = _run(task, _new_file("json.py", _forge_at_exit(task) + real))
     assert not report_resolved(report, task.fail_to_pass, task.pass_to_pass)
     assert "the diff writes json.py, named like the module json loaded before the repository" in report.flags
     assert report.cross_check == "disagree"
@@ -132,17 +133,15 @@ def test_library_code_cannot_borrow_the_reporters_writer(bench):
 
 def test_the_token_is_not_in_the_process_environment(bench):
     """/proc/self/environ kept the token that os.environ.pop removed; now there is none (and the process is not
-    dumpable, so /proc/self/environ is closed to it), and records written to every descriptor at import time
-    collide with the real ones."""
+    dumpable, so /proc/self/environ is closed to it), and records written to every descriptor at exit come
+    after the session's end."""
     bench, keys = bench
     task, key = bench.tasks[0], keys[0]
     repo = Path(task.snapshot)
-    report = _run(task, _append(repo, key.module, _forge_call(task)))
+    report = _run(task, _append(repo, key.module, _forge_at_exit(task)))
     assert not report_resolved(report, task.fail_to_pass, task.pass_to_pass)
-    node = task.fail_to_pass[0]
-    assert f"results line 5 starts {node} a second time" in report.flags, report.flags
-    assert f"{node} reported passed but its test function raised AssertionError" in report.flags
-    assert any(f.startswith(f"pytest's summary '{report.summary_line}' disagrees") for f in report.flags)
+    assert any("comes after the session finished" in f for f in report.flags), report.flags
+    assert all(report.tests[t] == "failed" for t in task.fail_to_pass)
 
 
 def test_patching_pytests_report_path_is_flagged(bench):

@@ -22,8 +22,8 @@ What it sets up, in order (the sources are the kernel's ``user_namespaces(7)``, 
    (``/usr``, ``/lib*``, the interpreter's prefixes, a few files of ``/etc``), a synthetic
    ``/etc/passwd``, ``/etc/group`` and ``/etc/hosts``, ``/dev`` with null, zero, full, random and
    urandom only, a private ``/tmp``, ``/dev/shm`` and home (tmpfs), a fresh ``/proc`` showing only the
-   sandbox's processes (left empty when the host forbids mounting one), the launcher folder read-only at
-   ``/sandbox/plugin``, and the task's copy at ``/testbed``: a tmpfs of ``disk_bytes`` into which the
+   sandbox's processes (left empty when the host forbids mounting one), a copy of the launcher folder at
+   ``/sandbox/plugin`` (read-only with the root), and the task's copy at ``/testbed``: a tmpfs of ``disk_bytes`` into which the
    host's copy is copied, so everything the tests write there counts against one size (the disk
    quota), and no host path shows in ``/proc/self/mountinfo`` for it. Then ``pivot_root`` and the old
    root detached, and the new root itself remounted read-only. Nothing else of the host is reachable.
@@ -200,7 +200,9 @@ def _build_root(spec: dict) -> str:
         os.symlink(target, f"{dev}/{name}")
     _private_tmpfs(root, "/dev/shm", "1777", spec)
     _copy_repo(spec["repo"], root + "/testbed", spec["disk_bytes"])
-    _bind_ro(spec["plugin"], root + "/sandbox/plugin")
+    os.makedirs(root + "/sandbox/plugin")  # copied, not bound: no host path in the sandbox's mount table
+    for name in os.listdir(spec["plugin"]):
+        shutil.copyfile(os.path.join(spec["plugin"], name), os.path.join(root, "sandbox/plugin", name))
     os.makedirs(root + "/proc")
     proc = "fresh"
     try:
