@@ -15,6 +15,7 @@ import pytest
 
 from aml_ray.coding.fixtures import generate_bench
 from aml_ray.coding.sandbox import SandboxConfig, SandboxJob, SubprocessSandbox
+from tests.test_coding_sandbox_probes import _new_file
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,7 @@ def _hidden(bench, source: str, config: SandboxConfig):
     bench, keys = bench
     task, key = bench.tasks[0], keys[0]
     body = textwrap.dedent(source).strip("\n").splitlines()
-    patch = (f"--- /dev/null\n+++ b/tests/test_bound.py\n@@ -0,0 +1,{len(body)} @@\n"
-             + "".join(f"+{line}\n" for line in body))
+    patch = _new_file("tests/test_bound.py", source)
     names = [line[4:].split("(")[0] for line in body if line.startswith("def test_")]
     nodes = tuple(f"tests/test_bound.py::{n}" for n in names)
     job = SandboxJob(instance_id=task.instance_id, snapshot=task.snapshot, diff=key.fix_diff,

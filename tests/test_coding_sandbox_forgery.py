@@ -16,16 +16,12 @@ import pytest
 from aml_ray.coding.fixtures import generate_bench
 from aml_ray.coding.sandbox import SandboxConfig, SandboxJob, SubprocessSandbox
 from aml_ray.coding.scoring import report_resolved
+from tests.test_coding_sandbox_probes import _new_file
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     return generate_bench(tmp_path_factory.mktemp("forgery-bench"), n_repos=1, seed=4)
-
-
-def _new_file(path: str, source: str) -> str:
-    body = textwrap.dedent(source).strip("\n").splitlines()
-    return f"--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(body)} @@\n" + "".join(f"+{line}\n" for line in body)
 
 
 def _append(repo: Path, rel: str, source: str) -> str:

@@ -70,7 +70,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aml_ray.coding import harness, verdict
 from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff, check_path, diff_paths
-from aml_ray.coding.jail import host_root
 
 #: Per-test outcomes in a report. ``xfail`` counts as a pass and ``skipped`` is left out of the
 #: resolved rule, as in SWE-bench's grading; see :mod:`aml_ray.coding.scoring`.
