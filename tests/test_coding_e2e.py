@@ -99,6 +99,13 @@ def test_relevant_memory_resolves_noisy_does_not(tmp_path):
     tests = attempts.filter(pl.col("condition") == "relevant")["tests"].to_list()
     assert all(t["outcome"] == "passed" for row in tests for t in row)
     assert attempts["isolation"].drop_nulls().unique().len() == 1
+    ran = attempts.filter(pl.col("sandbox_status") == "ok")
+    assert ran.height == 9 and set(ran["cross_check"]) == {"agree"} and ran["verdict_flags"].list.len().sum() == 0
+    assert set(ran.filter(pl.col("condition") == "relevant")["pytest_returncode"]) == {0}
+    assert ran["pytest_summary"].str.contains(r" passed in [\d.]+s$").all()
+    assert ran["output_tail"].str.ends_with(ran["pytest_summary"] + "\n").all()
+    assert info["sandbox"]["bounds"]["disk"].startswith("/testbed on a tmpfs of 2048 MiB")
+    assert info["sandbox"]["bounds"]["cgroup"].startswith("not used (fallback above): ")
 
     # the gold patch and the hidden tests never reached the model or the participant
     for task in bench.tasks:

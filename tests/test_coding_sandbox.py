@@ -43,12 +43,15 @@ def test_fix_resolves_and_a_broken_passing_test_does_not(fixture_bench):
     fixed, broken, untouched, wrong = _run_all(sandbox, [_job(task, key.fix_diff), _job(task, key.breaking_diff),
                                                         _job(task, ""), _job(task, key.wrong_diff)])
     assert fixed.status == "ok" and set(fixed.tests.values()) == {"passed"}
+    assert fixed.cross_check == "agree" and fixed.flags == [] and fixed.returncode == 0
+    assert fixed.summary_line.startswith(f"{len(fixed.tests)} passed in ")
     assert report_resolved(fixed, task.fail_to_pass, task.pass_to_pass)
     assert fixed.files_changed == [key.module] and fixed.isolation == "namespaces;proc=fresh"
     # the breaking diff fixes the bug (FAIL_TO_PASS pass) but a PASS_TO_PASS test now fails
     assert all(broken.tests[t] == "passed" for t in task.fail_to_pass)
     assert any(broken.tests[t] == "failed" for t in task.pass_to_pass)
     assert not report_resolved(broken, task.fail_to_pass, task.pass_to_pass)
+    assert broken.cross_check == "agree" and broken.returncode == 1  # an honest failure is not a forgery
     # before any change the hidden tests fail and the visible ones pass (a valid SWE-bench-style task)
     assert all(untouched.tests[t] == "failed" for t in task.fail_to_pass)
     assert all(untouched.tests[t] == "passed" for t in task.pass_to_pass)
@@ -103,7 +106,7 @@ def test_archive_snapshot_and_a_clean_environment(fixture_bench, tmp_path, monke
     sandbox = SubprocessSandbox(SandboxConfig(wall_clock_s=60))
     env = sandbox.test_env(tmp_path)
     assert "ANSWER_API_KEY" not in env and "HTTPS_PROXY" not in env and env["no_proxy"] == "*"
-    assert env["HOME"] == "/home/sandbox" and env["PYTHONPATH"] == "/sandbox/plugin"
+    assert env["HOME"] == "/home/sandbox" and "PYTHONPATH" not in env  # the launcher sets sys.path itself
     job = SandboxJob(instance_id=task.instance_id, snapshot=str(archive), diff=key.fix_diff,
                      test_patch=task.test_patch + leak,
                      fail_to_pass=(*task.fail_to_pass, "tests/test_env.py::test_no_secrets"),

@@ -22,18 +22,29 @@ What it sets up, in order (the sources are the kernel's ``user_namespaces(7)``, 
    (``/usr``, ``/lib*``, the interpreter's prefixes, a few files of ``/etc``), a synthetic
    ``/etc/passwd``, ``/etc/group`` and ``/etc/hosts``, ``/dev`` with null, zero, full, random and
    urandom only, a private ``/tmp``, ``/dev/shm`` and home (tmpfs), a fresh ``/proc`` showing only the
-   sandbox's processes (left empty when the host forbids mounting one), the task's copy writable at
-   ``/testbed`` and the results folder writable at ``/sandbox/out``; then ``pivot_root`` and the old
+   sandbox's processes (left empty when the host forbids mounting one), a copy of the launcher folder at
+   ``/sandbox/plugin`` (read-only with the root), and the task's copy at ``/testbed``: a tmpfs of ``disk_bytes`` into which the
+   host's copy is copied, so everything the tests write there counts against one size (the disk
+   quota), and no host path shows in ``/proc/self/mountinfo`` for it. Then ``pivot_root`` and the old
    root detached, and the new root itself remounted read-only. Nothing else of the host is reachable.
 5. pid 1 brings the loopback device up, forks the command with ``RLIMIT_AS``, ``RLIMIT_FSIZE``,
    ``RLIMIT_CORE = 0`` and ``RLIMIT_NPROC`` (counted in the new user namespace: only the sandbox's
-   processes), ``PR_SET_NO_NEW_PRIVS``, the given environment only, and reaps orphans until the command
-   exits. The command runs as uid 1000 with no capabilities (``execve`` by a non-zero uid clears them),
-   so it cannot undo the mounts.
+   processes), ``PR_SET_NO_NEW_PRIVS``, the given environment only, and fd 3 the write end of a pipe
+   (the results channel, see :mod:`aml_ray.coding.boot`). The command runs as uid 1000 with no
+   capabilities (``execve`` by a non-zero uid clears them), so it cannot undo the mounts.
+6. Until the command exits, pid 1 reaps orphans, copies the pipe into the host's results file (the
+   ``results_fd`` the host opened; the command never holds it, so it cannot rewrite what was already
+   relayed), at most ``results_cap`` bytes plus one, and, when ``watch_memory`` is set and ``/proc`` is
+   fresh, sums the proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``) of every process
+   of the sandbox every 0.1 s: above ``memory_bytes`` it kills them all and records
+   ``{"stage": "memory_limit", ...}`` in the status file. This bounds the sandbox's total memory where
+   no cgroup can be had; allocation between two polls can overshoot by what the tests allocate in
+   0.1 s, and each process is also held to ``RLIMIT_AS``.
 
 Exit status: the command's (128 + signal when killed). A setup failure writes one JSON object
 ``{"stage": ..., "error": ...}`` to the spec's ``status_file`` and exits with status 97; a finished
-setup writes ``{"stage": "ready", "proc": "fresh" | "empty"}`` there before the command starts.
+setup writes ``{"stage": "ready", "proc": "fresh" | "empty"}`` there before the command starts; later
+lines record limits that struck (``memory_limit``).
 """
 
 from __future__ import annotations
@@ -44,10 +55,13 @@ import fcntl
 import json
 import os
 import platform
+import select
+import shutil
 import signal
 import socket
 import struct
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -122,10 +136,19 @@ def _bind_ro(src: str, dst: str) -> None:
     _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | keep, None, f"read-only {src}")
 
 
-def _bind_rw(src: str, dst: str) -> None:
+def _copy_repo(src: str, dst: str, size: int) -> None:
+    """The task's copy on its own tmpfs of ``size`` bytes, owned by the sandbox's user (step 4)."""
     os.makedirs(dst, exist_ok=True)
-    _mount(src, dst, None, MS_BIND, None, f"bind {src}")
-    _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, None, f"nosuid {src}")
+    _mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={size},uid={INNER_UID},gid={INNER_GID}",
+           "tmpfs /testbed")
+    try:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        for dirpath, dirnames, filenames in os.walk(dst):
+            for name in (*dirnames, *filenames):
+                os.lchown(os.path.join(dirpath, name), INNER_UID, INNER_GID)
+    except (OSError, shutil.Error) as exc:
+        raise SetupError("copy the repository into /testbed",
+                         f"{exc}; the copy needs more than disk_bytes={size}: raise SandboxConfig.disk_mb") from None
 
 
 def _replicate(path: str, root: str) -> None:
@@ -176,9 +199,10 @@ def _build_root(spec: dict) -> str:
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{dev}/{name}")
     _private_tmpfs(root, "/dev/shm", "1777", spec)
-    _bind_rw(spec["repo"], root + "/testbed")
-    _bind_rw(spec["out"], root + "/sandbox/out")
-    _bind_ro(spec["plugin"], root + "/sandbox/plugin")
+    _copy_repo(spec["repo"], root + "/testbed", spec["disk_bytes"])
+    os.makedirs(root + "/sandbox/plugin")  # copied, not bound: no host path in the sandbox's mount table
+    for name in os.listdir(spec["plugin"]):
+        shutil.copyfile(os.path.join(spec["plugin"], name), os.path.join(root, "sandbox/plugin", name))
     os.makedirs(root + "/proc")
     proc = "fresh"
     try:
@@ -205,10 +229,14 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH22x", b"lo", flags | 0x1 | 0x40))  # IFF_UP|IFF_RUNNING
 
 
-def _exec_command(spec: dict) -> None:
-    """The grandchild: limits, no new privileges, then execve (never returns)."""
+def _exec_command(spec: dict, channel: int) -> None:
+    """The grandchild: the results pipe at fd 3, limits, no new privileges, then execve (never returns)."""
     import resource
 
+    if channel != 3:
+        os.dup2(channel, 3)
+        os.close(channel)
+    os.set_inheritable(3, True)
     for name, value in (("RLIMIT_AS", spec["memory_bytes"]), ("RLIMIT_FSIZE", spec["file_size_bytes"]),
                         ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", spec["pids"])):
         resource.setrlimit(getattr(resource, name), (value, value))
@@ -220,28 +248,93 @@ def _exec_command(spec: dict) -> None:
 
 
 def _init(spec: dict, status_fd: int) -> int:
-    """pid 1: build the root, start the command, reap until it exits; returns its status."""
+    """pid 1: build the root, start the command, relay and watch until it exits; returns its status."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(PR_SET_DUMPABLE, 0)
     proc = _build_root(spec)
     _loopback_up()
     _check(_libc.sethostname(b"sandbox", 7), "sethostname")
     os.write(status_fd, json.dumps({"stage": "ready", "proc": proc}).encode() + b"\n")
-    os.close(status_fd)
+    channel_r, channel_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            _exec_command(spec)
+            os.close(channel_r)
+            _exec_command(spec, channel_w)
         except BaseException as exc:  # noqa: BLE001 - report why the command could not start
             os.write(2, f"aml-sandbox: cannot start {spec['argv'][0]}: {exc}\n".encode())
         os._exit(127)
-    while True:  # pid 1 reaps every orphan; when the command exits, the kernel kills the rest
+    os.close(channel_w)
+    relay = _Relay(channel_r, spec["results_fd"], spec["results_cap"])
+    watch = spec["watch_memory"] and proc == "fresh"
+    next_check = 0.0
+    while True:
+        if select.select([channel_r] if relay.open else [], [], [], 0.05)[0]:
+            relay.pump()
+        while True:  # pid 1 reaps every orphan; when the command exits, the kernel kills the rest
+            try:
+                done, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return 1
+            if done == 0:
+                break
+            if done == pid:
+                relay.drain()
+                return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        if watch and time.monotonic() >= next_check:
+            next_check = time.monotonic() + 0.1
+            used = _sandbox_pss()
+            if used > spec["memory_bytes"]:
+                os.kill(-1, signal.SIGKILL)  # every process of the namespace but pid 1
+                os.write(status_fd, json.dumps({"stage": "memory_limit", "pss_bytes": used,
+                                                "limit_bytes": spec["memory_bytes"]}).encode() + b"\n")
+                watch = False
+
+
+class _Relay:
+    """Copies the results pipe into the host's file, at most ``cap`` + 1 bytes (step 6)."""
+
+    def __init__(self, src: int, dst: int, cap: int):
+        self.src, self.dst, self.left, self.open = src, dst, cap + 1, True
+        os.set_blocking(src, False)
+
+    def pump(self) -> bool:
+        """Copy what is waiting; False at end of file or when nothing is waiting."""
+        if not self.open:
+            return False
         try:
-            done, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return 1
-        if done == pid:
-            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+            data = os.read(self.src, 65536)
+        except BlockingIOError:
+            return False
+        if not data:
+            self.open = False
+            return False
+        if self.left > 0:
+            os.write(self.dst, data[:self.left])
+            self.left -= min(len(data), self.left)
+        return True
+
+    def drain(self) -> None:
+        """Copy what is left once the command has exited (a forked child may still hold the pipe)."""
+        while self.pump():
+            pass
+
+
+def _sandbox_pss() -> int:
+    """Bytes of proportional set size of every process in this pid namespace but pid 1."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry == "1":
+            continue
+        try:
+            with open(f"/proc/{entry}/smaps_rollup", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            continue  # the process ended meanwhile
+    return total
 
 
 def host_root() -> bool:
@@ -279,6 +372,7 @@ def main(argv: list[str]) -> int:
     """Steps 1-3 (module docstring); returns the exit status."""
     with open(argv[1], "rb") as fh:
         spec = json.loads(fh.read())
+    os.set_inheritable(spec["results_fd"], False)  # the command must never hold the host's file
     status_fd = os.open(spec["status_file"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
 
     def fail(exc: SetupError) -> int:

@@ -75,7 +75,18 @@ ATTEMPT_SCHEMA = pa.schema([
     ("timed_out", pa.bool_()), ("tests", pa.list_(TEST_TYPE)), ("tests_wall_s", pa.float64()),
     ("isolation", pa.string()), ("files_changed", pa.list_(pa.string())), ("resolved", pa.bool_()),
     ("status", pa.string()), ("error", pa.string()), ("wall_s", pa.float64()),
+    ("pytest_returncode", pa.int32()), ("pytest_summary", pa.string()), ("output_tail", pa.string()),
+    ("cross_check", pa.string()), ("verdict_flags", pa.list_(pa.string())),
 ])
+
+
+def _read_attempts(path: Path) -> pa.Table:
+    """An attempts file in :data:`ATTEMPT_SCHEMA`; columns a file written before them lacks are null."""
+    table = pq.read_table(path)
+    for f in ATTEMPT_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(ATTEMPT_SCHEMA.names).cast(ATTEMPT_SCHEMA)
 
 
 class CodingRunFailed(RuntimeError):
@@ -200,7 +211,7 @@ class _Attempts:
         sid = sample_id(task.instance_id, condition)
         done_file = self.attempts_dir / f"{sid}.parquet"
         if done_file.is_file():  # resume: a finished attempt is never run twice
-            return pq.read_table(done_file).cast(ATTEMPT_SCHEMA).to_pylist()[0]
+            return _read_attempts(done_file).to_pylist()[0]
         t0 = time.perf_counter()
         trajectories = self.cfg.bench.memory(task, condition)
         row: dict[str, Any] = {
@@ -285,7 +296,9 @@ class _Attempts:
                    tests=[{"nodeid": t, "kind": "FAIL_TO_PASS" if t in f2p else "PASS_TO_PASS", "outcome": o}
                           for t, o in report.tests.items()],
                    tests_wall_s=report.wall_s, isolation=report.isolation, files_changed=report.files_changed,
-                   resolved=report_resolved(report, task.fail_to_pass, task.pass_to_pass))
+                   resolved=report_resolved(report, task.fail_to_pass, task.pass_to_pass),
+                   pytest_returncode=report.returncode, pytest_summary=report.summary_line,
+                   output_tail=report.output_tail, cross_check=report.cross_check, verdict_flags=report.flags)
         if report.status == "error":  # the platform's side failed (snapshot, test patch, runtime)
             row.update(status="sandbox_error", error=report.detail, resolved=False)
 
@@ -305,7 +318,7 @@ def read_attempts(run_dir: RunDir) -> pl.DataFrame:
     files = sorted(_folders(run_dir)[1].glob("*.parquet"))
     if not files:
         return pl.from_arrow(ATTEMPT_SCHEMA.empty_table())  # type: ignore[return-value]
-    tables = [pq.read_table(f).cast(ATTEMPT_SCHEMA) for f in files]
+    tables = [_read_attempts(f) for f in files]
     return pl.from_arrow(pa.concat_tables(tables))  # type: ignore[return-value]
 
 

@@ -22,11 +22,23 @@ extracted with path checks) is copied to a fresh temporary folder; the candidate
 harness file the diff touched (conftest.py, pytest configuration, start-up hooks, test files: see
 :mod:`aml_ray.coding.harness`), the scored tests' files and the files the hidden ``test_patch`` touches
 are restored to the snapshot's version and the test patch is applied (as SWE-bench's harness does);
-then the FAIL_TO_PASS and PASS_TO_PASS node ids run in one pytest process. A pytest plugin outside the
-repository copy writes one JSON line per test event, so tests finished before a timeout keep their
-result; the test running at the timeout is ``timeout``, tests never started are ``not_run``. Each line
-carries a per-run token the plugin takes out of the environment before any repository code loads; lines
-without it are ignored.
+then the FAIL_TO_PASS and PASS_TO_PASS node ids run in one pytest process, started by the launcher
+:mod:`aml_ray.coding.boot` (read-only, outside the repository copy), which loads pytest and its result
+reporter before any repository code and sends one record per test event through a descriptor (never the
+environment), so tests finished before a timeout keep their result; the test running at the timeout is
+``timeout``, tests never started are ``not_run``. The host reads the records and cross-checks them
+against pytest's exit status, summary line and its own observations (:mod:`aml_ray.coding.verdict`):
+any disagreement is a flag, and a flagged run resolves nothing.
+
+Bounds of the whole sandbox (:func:`SubprocessSandbox.bounds`, recorded in run.json): the task's copy
+is a tmpfs of ``disk_mb`` (the disk quota; ``/tmp``, ``/dev/shm`` and home are tmpfs of ``tmp_mb``
+each), the total memory of all its processes is held to ``memory_mb`` by the sandbox's pid 1, which
+sums their proportional set size every 0.1 s and kills them all above it (status ``memory_limit``),
+on top of ``RLIMIT_AS`` per process, and processes are counted by ``RLIMIT_NPROC`` in the sandbox's
+user namespace. These bounds need no cgroup: this host's cgroup hierarchy is often not delegated to
+the platform (cgroup v1, or v2 without the memory controller in a writable subtree), so the sandbox
+does not depend on one. The output is read through a pipe, of which only the last
+:data:`OUTPUT_KEEP` bytes are kept.
 
 On Ray, :func:`sandbox_remote` runs :meth:`Sandbox.run` as a task with ``max_retries`` (a worker that
 dies is retried; a failing test is a result, not an exception). On a multi-node cluster the snapshot
@@ -38,13 +50,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -56,39 +68,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aml_ray.coding import harness
+from aml_ray.coding import harness, verdict
 from aml_ray.coding.diffs import DiffApplyError, DiffRefused, apply_diff, check_path, diff_paths
-from aml_ray.coding.jail import host_root
 
 #: Per-test outcomes in a report. ``xfail`` counts as a pass and ``skipped`` is left out of the
 #: resolved rule, as in SWE-bench's grading; see :mod:`aml_ray.coding.scoring`.
 TestOutcome = Literal["passed", "failed", "error", "skipped", "xfail", "timeout", "not_run"]
-ReportStatus = Literal["ok", "timeout", "refused", "apply_failed", "no_snapshot", "error"]
+ReportStatus = Literal["ok", "timeout", "memory_limit", "refused", "apply_failed", "no_snapshot", "error"]
 
-PLUGIN_MODULE = "aml_sandbox_plugin"
-RESULTS_ENV = "AML_SANDBOX_RESULTS"
-TOKEN_ENV = "AML_SANDBOX_TOKEN"
-_PLUGIN_SOURCE = '''"""Written by aml-ray's sandbox: one JSON line per pytest event (survives a kill)."""
-import json, os
-
-_PATH = os.environ.pop("AML_SANDBOX_RESULTS")
-_TOKEN = os.environ.pop("AML_SANDBOX_TOKEN", "")
-
-
-def _write(record):
-    record["token"] = _TOKEN
-    with open(_PATH, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\\n")
-
-
-def pytest_runtest_logstart(nodeid, location):
-    _write({"event": "start", "nodeid": nodeid})
-
-
-def pytest_runtest_logreport(report):
-    _write({"event": "report", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "wasxfail": hasattr(report, "wasxfail")})
-'''
+BOOT = Path(__file__).with_name("boot.py")
+#: The launcher's name in the read-only folder next to the repository copy.
+BOOT_NAME = "aml_sandbox_boot.py"
+#: Bytes of test output kept (the tail); the summary line is read from it.
+OUTPUT_KEEP = 256 * 1024
 #: Environment variables copied into the tests' environment (everything else is dropped).
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "SYSTEMROOT")
 #: Files of the host's /etc visible (read-only) inside the subprocess sandbox; passwd, group and hosts
@@ -103,12 +95,15 @@ class SandboxConfig(BaseModel):
 
     Attributes:
         wall_clock_s: seconds the whole test process may run (default 300); then SIGKILL to its group.
-        memory_mb: address-space limit in MiB (``RLIMIT_AS``; default 4,096). Address space, not resident
-            memory: thread stacks and BLAS arenas count, so leave headroom.
+        memory_mb: memory limit in MiB (default 4,096): the address space of each process (``RLIMIT_AS``:
+            thread stacks and BLAS arenas count, so leave headroom) and, in the subprocess sandbox, the
+            total proportional set size of all its processes together.
         file_size_mb: largest file the tests may write, in MiB (``RLIMIT_FSIZE``; default 512).
         pids_limit: most processes and threads the tests may have at once (``RLIMIT_NPROC`` counted in
             the sandbox's own user namespace; default 256).
         tmp_mb: size of each private tmpfs (``/tmp``, ``/dev/shm``, home) in MiB (default 512).
+        disk_mb: size of the tmpfs holding the task's copy at ``/testbed`` in MiB (default 2,048): the
+            repository plus everything the tests write there must fit.
         readonly_paths: extra host paths made visible read-only at the same place (e.g. data the
             repository's tests need); the interpreter's prefixes are added automatically.
         unsandboxed: run without the namespaces (process group, rlimits and the clean environment
@@ -128,6 +123,7 @@ class SandboxConfig(BaseModel):
     file_size_mb: int = Field(default=512, ge=1)
     pids_limit: int = Field(default=256, ge=8)
     tmp_mb: int = Field(default=512, ge=16)
+    disk_mb: int = Field(default=2048, ge=16)
     readonly_paths: tuple[str, ...] = ()
     unsandboxed: bool = False
     python: str | None = None
@@ -167,6 +163,7 @@ class TestReport(BaseModel):
     Attributes:
         instance_id: the task.
         status: ``ok`` (tests ran to the end), ``timeout`` (killed at the wall-clock limit),
+            ``memory_limit`` (killed when the sandbox's processes together passed ``memory_mb``),
             ``refused`` (the diff touches paths outside the repository), ``apply_failed`` (the diff
             does not apply), ``no_snapshot`` (no repository to run) or ``error`` (the platform failed:
             a broken snapshot or test patch, a runtime missing).
@@ -181,6 +178,10 @@ class TestReport(BaseModel):
         harness_restored: harness files the diff touched that were put back before the tests ran.
         config: the limits and settings in force.
         output_tail: the end of the test output.
+        summary_line: pytest's own summary line (``2 failed, 2 passed in 0.12s``), None when absent.
+        cross_check: ``agree`` when pytest's exit status, summary line and the per-test records agree,
+            ``disagree`` when a flag was raised, ``not_checked`` when the tests did not run.
+        flags: what disagreed (:mod:`aml_ray.coding.verdict`); a flagged report resolves nothing.
     """
 
     __test__ = False  # not a pytest test class
@@ -197,6 +198,9 @@ class TestReport(BaseModel):
     isolation: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     output_tail: str = ""
+    summary_line: str | None = None
+    cross_check: Literal["agree", "disagree", "not_checked"] = "not_checked"
+    flags: list[str] = Field(default_factory=list)
 
 
 @dataclass
@@ -208,6 +212,7 @@ class ExecResult:
     wall_s: float
     output: str
     isolation: str
+    limit: str | None = None
 
 
 class SandboxError(Exception):
@@ -266,42 +271,6 @@ def materialize_snapshot(snapshot: str | Path, dest: Path) -> Path:
     return dest
 
 
-def _outcomes(results_file: Path, tests: tuple[str, ...], timed_out: bool, token: str) -> dict[str, TestOutcome]:
-    """Per-test outcomes from the plugin's JSON lines carrying ``token`` (rules in the module docstring)."""
-    started: set[str] = set()
-    final: dict[str, TestOutcome] = {}
-    if results_file.is_file():
-        for line in results_file.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line cut by the kill
-            if not isinstance(rec, dict) or rec.get("token") != token:
-                continue  # not written by the plugin
-            node = rec.get("nodeid", "")
-            if rec.get("event") == "start":
-                started.add(node)
-                continue
-            when, outcome = rec.get("when"), rec.get("outcome")
-            if outcome == "skipped":
-                final[node] = "xfail" if rec.get("wasxfail") else "skipped"
-            elif when == "setup" and outcome == "failed":
-                final[node] = "error"
-            elif when == "call":
-                final[node] = "passed" if outcome == "passed" else "failed"  # an xpass reports "passed"
-            elif when == "teardown" and outcome == "failed" and final.get(node) in (None, "passed"):
-                final[node] = "error"  # a passing test whose teardown fails is an error, as pytest reports it
-    out: dict[str, TestOutcome] = {}
-    for t in tests:
-        if t in final:
-            out[t] = final[t]
-        elif t in started:
-            out[t] = "timeout" if timed_out else "error"  # started, never finished: killed or crashed
-        else:
-            out[t] = "not_run"
-    return out
-
-
 def _limit_preexec(limits: SandboxConfig):
     memory = limits.memory_mb * 1024 * 1024
     fsize = limits.file_size_mb * 1024 * 1024
@@ -314,29 +283,47 @@ def _limit_preexec(limits: SandboxConfig):
     return apply_limits
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: SandboxConfig, log: Path,
+class _Tail(threading.Thread):
+    """Reads a pipe to its end, keeping only the last ``keep`` bytes (a flood of output costs no disk)."""
+
+    def __init__(self, pipe, keep: int):
+        super().__init__(daemon=True)
+        self.pipe, self.keep, self.data = pipe, keep, bytearray()
+
+    def run(self) -> None:
+        for chunk in iter(lambda: self.pipe.read1(65536), b""):
+            self.data += chunk
+            if len(self.data) > 2 * self.keep:
+                del self.data[:-self.keep]
+
+    def text(self) -> str:
+        """The kept tail, decoded."""
+        return bytes(self.data[-self.keep:]).decode("utf-8", errors="replace")
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], limits: SandboxConfig, pass_fds: tuple[int, ...] = (),
          preexec=None, on_timeout=None, isolation: str) -> ExecResult:
-    """Run ``cmd`` in its own process group with the wall-clock limit; output goes to ``log``."""
+    """Run ``cmd`` in its own process group with the wall-clock limit; the output tail is kept in memory."""
     t0 = time.monotonic()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
-        timed_out = False
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec, pass_fds=pass_fds)
+    tail = _Tail(proc.stdout, OUTPUT_KEEP)
+    tail.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=limits.wall_clock_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if on_timeout is not None:
+            on_timeout()
         try:
-            proc.wait(timeout=limits.wall_clock_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            if on_timeout is not None:
-                on_timeout()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-    text = log.read_text(encoding="utf-8", errors="replace")
-    tail = text[-limits.output_tail_chars:] if limits.output_tail_chars else ""
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    tail.join(timeout=10)  # a detached child of an unsandboxed run may hold the pipe: stop waiting
     return ExecResult(returncode=None if timed_out else proc.returncode, timed_out=timed_out,
-                      wall_s=time.monotonic() - t0, output=tail, isolation=isolation)
+                      wall_s=time.monotonic() - t0, output=tail.text(), isolation=isolation)
 
 
 class Sandbox(ABC):
@@ -355,17 +342,25 @@ class Sandbox(ABC):
         self.config = config or SandboxConfig()
 
     def describe(self) -> dict[str, Any]:
-        """A description for run.json."""
-        return {"kind": self.kind, "config": self.config.model_dump()}
+        """A description for run.json, with how each limit is enforced (:meth:`bounds`)."""
+        return {"kind": self.kind, "config": self.config.model_dump(), "bounds": self.bounds()}
+
+    def bounds(self) -> dict[str, str]:
+        """How each limit is enforced (``memory``, ``disk``, ``processes``, ``cgroup``); none by default."""
+        return {}
 
     @abstractmethod
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
-        """Run pytest on ``job.tests`` in ``repo``; the plugin is in ``workdir/plugin``, gets ``token`` in
-        :data:`TOKEN_ENV` and must leave its lines in ``workdir/out/results.jsonl``.
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, results_fd: int) -> ExecResult:
+        """Run pytest on ``job.tests`` in ``repo`` through the launcher in ``workdir/plugin``, whose
+        records must end in :meth:`results_path` (``results_fd`` is that file, open for appending).
 
         Raises:
             SandboxError: the test command cannot be started (reported as ``error``).
         """
+
+    def results_path(self, workdir: Path) -> Path:
+        """Where the launcher's records end up (default ``workdir/results.jsonl``, out of the tests' reach)."""
+        return workdir / "results.jsonl"
 
     def check(self) -> None:
         """Raise :class:`SandboxUnavailable` when this host cannot run the sandbox as promised.
@@ -420,24 +415,41 @@ class Sandbox(ABC):
                 except (DiffRefused, DiffApplyError) as exc:
                     return TestReport(status="error", detail=f"the task's test_patch does not apply: {exc}",
                                       files_changed=changed, harness_restored=restored, **base)
-            plugin = workdir / "plugin"
-            plugin.mkdir()
-            (plugin / f"{PLUGIN_MODULE}.py").write_text(_PLUGIN_SOURCE, encoding="utf-8")
-            token = secrets.token_hex(16)
+            (workdir / "plugin").mkdir()
+            shutil.copyfile(BOOT, workdir / "plugin" / BOOT_NAME)
+            results_fd = os.open(workdir / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             try:
-                res = self.execute(workdir, repo, job, token)
+                res = self.execute(workdir, repo, job, results_fd)
             except SandboxError as exc:
                 return TestReport(status="error", detail=str(exc), files_changed=changed,
                                   harness_restored=restored, **base)
-            tests = _outcomes(workdir / "out" / "results.jsonl", job.tests, res.timed_out, token)
-            detail = (f"stopped by the wall-clock limit of {self.config.wall_clock_s:g} s" if res.timed_out
-                      else None)
-            return TestReport(status="timeout" if res.timed_out else "ok", detail=detail, tests=tests,
-                              timed_out=res.timed_out, wall_s=res.wall_s, returncode=res.returncode,
-                              files_changed=changed, harness_restored=restored, isolation=res.isolation,
-                              output_tail=res.output, **base)
+            finally:
+                os.close(results_fd)
+            return self._verdict(workdir, job, res, files_changed=changed, harness_restored=restored, **base)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _verdict(self, workdir: Path, job: SandboxJob, res: ExecResult, **fields: Any) -> TestReport:
+        """The report of a run that executed: outcomes from the records, then the cross-check."""
+        flags: list[str] = []
+        try:
+            data = verdict.read_capped(self.results_path(workdir)) or b""
+        except verdict.UnsafeOutput as exc:
+            data, flags = b"", [f"results refused: {exc}"]
+        out_dir = workdir / "out"
+        if out_dir.is_dir():
+            flags += [f"output folder holds a link or special file: {p}" for p in verdict.unsafe_entries(out_dir)]
+        rec = verdict.parse_records(data)
+        tests = verdict.outcomes(rec, job.tests, res.timed_out)
+        line, disagreements = verdict.cross_check(rec, res.returncode, res.output, res.timed_out or bool(res.limit))
+        flags += disagreements + verdict.shadowing(rec, fields.get("files_changed", []))
+        status: ReportStatus = "timeout" if res.timed_out else "memory_limit" if res.limit else "ok"
+        detail = (f"stopped by the wall-clock limit of {self.config.wall_clock_s:g} s" if res.timed_out
+                  else res.limit)
+        tail = res.output[-self.config.output_tail_chars:] if self.config.output_tail_chars else ""
+        return TestReport(status=status, detail=detail, tests=tests, timed_out=res.timed_out, wall_s=res.wall_s,
+                          returncode=res.returncode, isolation=res.isolation, output_tail=tail, summary_line=line,
+                          cross_check="disagree" if flags else "agree", flags=flags, **fields)
 
 
 def _inside(repo: Path, rel: str) -> bool:
@@ -448,10 +460,10 @@ def _inside(repo: Path, rel: str) -> bool:
     return True
 
 
-def pytest_args(tests: tuple[str, ...], rootdir: str) -> list[str]:
-    """pytest's arguments: our plugin, no cache writes, quiet, no colour, then the node ids."""
-    return ["-m", "pytest", "-p", PLUGIN_MODULE, "-p", "no:cacheprovider", "-q", "--color=no",
-            f"--rootdir={rootdir}", *tests]
+def pytest_args(tests: tuple[str, ...], rootdir: str, boot: str, results: str) -> list[str]:
+    """The interpreter's arguments: the launcher ``boot``, its results channel (``fd:N`` or ``path:P``),
+    then pytest's: no cache writes, quiet, no colour, the root folder, the node ids."""
+    return [boot, results, "-p", "no:cacheprovider", "-q", "--color=no", f"--rootdir={rootdir}", *tests]
 
 
 @lru_cache(maxsize=8)
@@ -475,6 +487,33 @@ def interpreter_prefixes(python: str) -> tuple[str, ...]:
     return tuple(keep)
 
 
+def cgroup2_state() -> str:
+    """Why this host offers the platform no cgroup v2 memory and pids controllers to delegate, in words.
+
+    Reads ``/proc/self/cgroup`` and the cgroup2 mount of ``/proc/self/mountinfo``; the controllers a
+    child cgroup could use are those listed in the own cgroup's ``cgroup.controllers``
+    (``cgroups(7)``, "Cgroups version 2").
+    """
+    try:
+        mounts = [line.split(" - ")[0].split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                  if " - cgroup2 " in line]
+        own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")),
+                   None)
+    except OSError as exc:
+        return f"cannot read the cgroup state: {exc}"
+    if not mounts or own is None:
+        return "no cgroup v2 hierarchy is mounted"
+    controllers = (Path(mounts[0]) / own.lstrip("/") / "cgroup.controllers")
+    try:
+        have = set(controllers.read_text().split())
+    except OSError:
+        return f"the own cgroup {own} is not visible under {mounts[0]}"
+    missing = sorted({"memory", "pids"} - have)
+    if missing:
+        return f"cgroup v2 at {mounts[0]} lacks the {', '.join(missing)} controller(s) (a cgroup v1 or hybrid host)"
+    return f"cgroup v2 at {mounts[0]} offers memory and pids; the platform does not create cgroups"
+
+
 _CHECKED: dict[tuple[str, bool], str] = {}
 
 
@@ -492,8 +531,9 @@ class SubprocessSandbox(Sandbox):
         """The interpreter that runs pytest."""
         return self.config.python or sys.executable
 
-    def test_env(self, workdir: Path | None = None, token: str = "") -> dict[str, str]:
-        """The tests' environment, built from scratch (no proxy, no API key, no secret of the platform).
+    def test_env(self, workdir: Path | None = None) -> dict[str, str]:
+        """The tests' environment, built from scratch (no proxy, no API key, no secret of the platform,
+        no ``PYTHONPATH``: the launcher puts the repository on ``sys.path`` itself).
 
         Inside the namespaces: a fixed ``PATH`` (the interpreter's folder, ``/usr/local/bin``,
         ``/usr/bin``, ``/bin``), ``HOME=/home/sandbox``, ``TMPDIR=/tmp``; unsandboxed, ``PATH`` and
@@ -505,18 +545,30 @@ class SubprocessSandbox(Sandbox):
             home, tmp = workdir / "home", workdir / "tmp"
             home.mkdir(exist_ok=True)
             tmp.mkdir(exist_ok=True)
-            env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(workdir / "plugin"),
-                       **{RESULTS_ENV: str(workdir / "out" / "results.jsonl")})
+            env.update(HOME=str(home), TMPDIR=str(tmp))
         else:
             env = {"PATH": f"{os.path.dirname(self.python)}:/usr/local/bin:/usr/bin:/bin", "HOME": "/home/sandbox",
-                   "TMPDIR": "/tmp", "PYTHONPATH": "/sandbox/plugin", "USER": "sandbox", "LOGNAME": "sandbox",
-                   RESULTS_ENV: "/sandbox/out/results.jsonl"}
-        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", no_proxy="*", NO_PROXY="*",
-                   **{TOKEN_ENV: token})
+                   "TMPDIR": "/tmp", "USER": "sandbox", "LOGNAME": "sandbox"}
+        env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONHASHSEED="0", no_proxy="*", NO_PROXY="*")
         env.setdefault("LANG", "C.UTF-8")
         if not self.config.plugin_autoload:
             env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         return env
+
+    def bounds(self) -> dict[str, str]:
+        """How each limit is enforced, for run.json (see the module docstring)."""
+        cfg = self.config
+        if cfg.unsandboxed:
+            return {"memory": f"RLIMIT_AS {cfg.memory_mb} MiB per process only (unsandboxed)",
+                    "disk": f"RLIMIT_FSIZE {cfg.file_size_mb} MiB per file only (unsandboxed)",
+                    "processes": "none (unsandboxed)", "cgroup": "not used"}
+        return {"memory": f"{cfg.memory_mb} MiB: total proportional set size of the sandbox's processes, polled "
+                          "every 0.1 s by its pid 1 (overshoot up to 0.1 s of allocation), and RLIMIT_AS per "
+                          "process",
+                "disk": f"/testbed on a tmpfs of {cfg.disk_mb} MiB; /tmp, /dev/shm, home tmpfs of {cfg.tmp_mb} MiB "
+                        f"each; RLIMIT_FSIZE {cfg.file_size_mb} MiB per file",
+                "processes": f"RLIMIT_NPROC {cfg.pids_limit} in the sandbox's user namespace",
+                "cgroup": "not used (fallback above): " + cgroup2_state()}
 
     def check(self) -> None:
         """Start the namespaces once with a trivial command (cached per interpreter).
@@ -533,7 +585,11 @@ class SubprocessSandbox(Sandbox):
             try:
                 (workdir / "repo").mkdir()
                 (workdir / "plugin").mkdir()
-                res = self._launch(workdir, [self.python, "-c", "pass"], "", wall_clock_s=60)
+                fd = os.open(workdir / "results.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                try:
+                    res = self._launch(workdir, [self.python, "-c", "pass"], fd, wall_clock_s=60)
+                finally:
+                    os.close(fd)
                 _CHECKED[key] = "" if res.returncode == 0 else f"the check command exited with {res.returncode}: " \
                                                                 f"{res.output[-500:]}"
             except SandboxUnavailable as exc:
@@ -543,32 +599,29 @@ class SubprocessSandbox(Sandbox):
         if _CHECKED[key]:
             raise SandboxUnavailable(_CHECKED[key])
 
-    def _launch(self, workdir: Path, argv: list[str], token: str, wall_clock_s: float | None = None) -> ExecResult:
-        """Run ``argv`` through the jail; ``workdir`` holds ``repo`` and ``plugin``.
+    def _launch(self, workdir: Path, argv: list[str], results_fd: int,
+                wall_clock_s: float | None = None) -> ExecResult:
+        """Run ``argv`` through the jail; ``workdir`` holds ``repo`` and ``plugin``; the jail's pid 1 relays
+        the command's fd 3 into ``results_fd``.
 
         Raises:
             SandboxUnavailable: the namespaces could not be set up (the message names the step).
         """
-        out, root = workdir / "out", workdir / "root"
-        out.mkdir(exist_ok=True)
+        root = workdir / "root"
         root.mkdir(exist_ok=True)
         prefixes = interpreter_prefixes(self.python)
         cfg = self.config
-        spec = {"root": str(root), "repo": str(workdir / "repo"), "out": str(out), "plugin": str(workdir / "plugin"),
+        mib = 1024 * 1024
+        spec = {"root": str(root), "repo": str(workdir / "repo"), "plugin": str(workdir / "plugin"),
                 "status_file": str(workdir / "status.json"), "readonly": [*prefixes, *cfg.readonly_paths],
-                "etc": list(ETC_ALLOW), "tmp_mb": cfg.tmp_mb, "memory_bytes": cfg.memory_mb * 1024 * 1024,
-                "file_size_bytes": cfg.file_size_mb * 1024 * 1024, "pids": cfg.pids_limit, "argv": argv,
-                "env": self.test_env(token=token)}
+                "etc": list(ETC_ALLOW), "tmp_mb": cfg.tmp_mb, "disk_bytes": cfg.disk_mb * mib,
+                "memory_bytes": cfg.memory_mb * mib, "watch_memory": True, "file_size_bytes": cfg.file_size_mb * mib,
+                "pids": cfg.pids_limit, "argv": argv, "env": self.test_env(), "results_fd": results_fd,
+                "results_cap": verdict.RESULTS_CAP}
         (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-        if host_root():  # the tests run as nobody on the host: hand it the folders they write
-            for folder in (workdir, workdir / "repo", out, root):
-                os.chown(folder, 65534, 65534)
-            for dirpath, dirnames, filenames in os.walk(workdir / "repo"):
-                for name in (*dirnames, *filenames):
-                    os.lchown(os.path.join(dirpath, name), 65534, 65534)
         limits = cfg if wall_clock_s is None else cfg.model_copy(update={"wall_clock_s": wall_clock_s})
         res = _run([sys.executable, "-I", "-S", str(JAIL), str(workdir / "spec.json")], cwd=workdir,
-                   env={"PATH": "/usr/bin:/bin"}, limits=limits, log=workdir / "output.log", isolation="namespaces")
+                   env={"PATH": "/usr/bin:/bin"}, limits=limits, pass_fds=(results_fd,), isolation="namespaces")
         status = _status(workdir / "status.json")
         if status.get("stage") != "ready":
             if res.timed_out and not status:
@@ -581,23 +634,34 @@ class SubprocessSandbox(Sandbox):
                 "pivot_root. Use a container sandbox (--container-image), or --unsandboxed to run without "
                 "isolation (recorded as unsandboxed in every report).")
         res.isolation = f"namespaces;proc={status.get('proc')}"
+        hit = status.get("memory_limit")
+        if hit:
+            res.limit = (f"stopped by the memory limit: the sandbox's processes held {hit['pss_bytes'] / mib:,.0f} MiB "
+                         f"together, above memory_mb={cfg.memory_mb:,}")
         return res
 
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
-        cmd = [self.python, *pytest_args(job.tests, "/testbed" if not self.config.unsandboxed else str(repo))]
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, results_fd: int) -> ExecResult:
         if not self.config.unsandboxed:
-            return self._launch(workdir, cmd, token)
-        (workdir / "out").mkdir(exist_ok=True)
-        return _run(cmd, cwd=repo, env=self.test_env(workdir, token), limits=self.config,
-                    log=workdir / "output.log", preexec=_limit_preexec(self.config), isolation="unsandboxed")
+            cmd = [self.python, *pytest_args(job.tests, "/testbed", f"/sandbox/plugin/{BOOT_NAME}", "fd:3")]
+            return self._launch(workdir, cmd, results_fd)
+        cmd = [self.python, *pytest_args(job.tests, str(repo), str(workdir / "plugin" / BOOT_NAME), f"fd:{results_fd}")]
+        return _run(cmd, cwd=repo, env=self.test_env(workdir), limits=self.config, pass_fds=(results_fd,),
+                    preexec=_limit_preexec(self.config), isolation="unsandboxed")
 
 
 def _status(path: Path) -> dict[str, Any]:
+    """The jail's status file: the first line's set-up record, with later records (limits) under their stage."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
-        return json.loads(lines[0]) if lines else {}
+        records = [json.loads(line) for line in lines]
     except (OSError, ValueError):
         return {}
+    if not records:
+        return {}
+    first = dict(records[0])
+    for rec in records[1:]:
+        first[rec.get("stage", "?")] = rec
+    return first
 
 
 class ContainerSandbox(Sandbox):
@@ -629,22 +693,33 @@ class ContainerSandbox(Sandbox):
         if not shutil.which(self.runtime):
             raise SandboxUnavailable(f"container runtime {self.runtime!r} not found on this worker")
 
-    def command(self, workdir: Path, job: SandboxJob, name: str, token: str = "") -> list[str]:
-        """The runtime command line (no network, memory and pids limits, read-only plugin)."""
+    def results_path(self, workdir: Path) -> Path:
+        """``workdir/out/results.jsonl``: a runtime cannot pass a descriptor, so the launcher writes a file in a
+        mounted folder the tests can also write; it is read with the checks of :func:`verdict.read_capped`."""
+        return workdir / "out" / "results.jsonl"
+
+    def bounds(self) -> dict[str, str]:
+        """How each limit is enforced, for run.json."""
+        return {"memory": f"--memory {self.config.memory_mb}m (the runtime's cgroup, all processes together)",
+                "processes": f"--pids-limit {self.config.pids_limit}",
+                "disk": "not bounded by the platform: the copy is a host folder mounted into the container",
+                "cgroup": "the container runtime's"}
+
+    def command(self, workdir: Path, job: SandboxJob, name: str) -> list[str]:
+        """The runtime command line (no network, memory and pids limits, read-only launcher)."""
         mb = self.config.memory_mb
         image = self.image.replace("{instance_id}", job.instance_id.lower())
         return [self.runtime, "run", "--rm", "--name", name, "--network", "none", "--memory", f"{mb}m",
                 "--memory-swap", f"{mb}m", "--pids-limit", str(self.config.pids_limit),
                 "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
                 "-v", f"{workdir / 'repo'}:{self.repo_mount}", "-v", f"{workdir / 'plugin'}:/aml_plugin:ro",
-                "-v", f"{workdir / 'out'}:/aml_out", "-e", f"{RESULTS_ENV}=/aml_out/results.jsonl",
-                "-e", f"{TOKEN_ENV}={token}",
-                "-e", "PYTHONPATH=/aml_plugin", "-e", "PYTHONDONTWRITEBYTECODE=1",
+                "-v", f"{workdir / 'out'}:/aml_out", "-e", "PYTHONDONTWRITEBYTECODE=1",
                 *([] if self.config.plugin_autoload else ["-e", "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1"]),
                 "-w", self.repo_mount,
-                image, self.config.python or "python", *pytest_args(job.tests, self.repo_mount)]
+                image, self.config.python or "python",
+                *pytest_args(job.tests, self.repo_mount, f"/aml_plugin/{BOOT_NAME}", "path:/aml_out/results.jsonl")]
 
-    def execute(self, workdir: Path, repo: Path, job: SandboxJob, token: str) -> ExecResult:
+    def execute(self, workdir: Path, repo: Path, job: SandboxJob, results_fd: int) -> ExecResult:
         self.check()
         (workdir / "out").mkdir()
         name = f"aml-sandbox-{uuid.uuid4().hex[:12]}"
@@ -653,8 +728,8 @@ class ContainerSandbox(Sandbox):
         def kill() -> None:
             subprocess.run([self.runtime, "kill", name], capture_output=True, timeout=30)
 
-        return _run(self.command(workdir, job, name, token), cwd=workdir, env=env, limits=self.config,
-                    log=workdir / "output.log", on_timeout=kill, isolation="container")
+        return _run(self.command(workdir, job, name), cwd=workdir, env=env, limits=self.config, on_timeout=kill,
+                    isolation="container")
 
 
 def _run_job(sandbox: Sandbox, job: SandboxJob) -> TestReport:

@@ -7,7 +7,8 @@ passes and every PASS_TO_PASS test still passes, where
 - ``passed`` and ``xfail`` count as passing;
 - ``failed``, ``error``, ``timeout`` and ``not_run`` (a test missing from the report) count as failing;
 - ``skipped`` counts as neither and is left out of both lists (SWE-bench's success/failure lists);
-- a report whose status is ``refused``, ``apply_failed``, ``no_snapshot`` or ``error`` resolves nothing.
+- a report whose status is ``refused``, ``apply_failed``, ``no_snapshot`` or ``error`` resolves nothing,
+  nor does a report with a cross-check flag (:mod:`aml_ray.coding.verdict`).
 
 Rates (source: AML's CAMBench description, "150 software-engineering tasks run under relevant and noisy
 memory conditions, for 300 scored attempts"; DESIGN.md: coverage next to every score, an error never
@@ -85,8 +86,10 @@ def is_resolved(tests: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_p
 
 
 def report_resolved(report: TestReport, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> bool:
-    """:func:`is_resolved` on a :class:`TestReport`."""
-    return is_resolved(report.tests, fail_to_pass, pass_to_pass, report.status)
+    """:func:`is_resolved` on a :class:`TestReport`; a report whose cross-check raised a flag (pytest's exit
+    status, summary line or its own observations disagree with the per-test records:
+    :mod:`aml_ray.coding.verdict`) resolves nothing."""
+    return not report.flags and is_resolved(report.tests, fail_to_pass, pass_to_pass, report.status)
 
 
 def _rates(df: pl.DataFrame) -> pl.DataFrame:
