@@ -22,7 +22,11 @@ its port and its SQLite file. The child does it itself, two ways, both set up fi
   ``preexec_fn`` (which is unsafe in a process with threads, as a Ray driver is); the setting survives
   exec, and the ``getppid()`` check after it covers a driver that died before it was set.
 
-The server stays in the driver's process group, so Ctrl-C in a terminal reaches it as before.
+Ctrl-C: the server runs in a session of its own, so a terminal's Ctrl-C (SIGINT to the driver's whole
+process group) reaches the driver only. The run it serves then ends as interrupted with the server still
+answering: the Adds in flight finish or are abandoned unjournalled, never recorded as failed because the
+server went away first, and ``aml-ray run --resume`` sends them again to the same store. The server ends
+when its driver stops it or dies (the two ways above).
 """
 
 from __future__ import annotations
@@ -358,7 +362,8 @@ class ReferenceServer:
                 raise ValueError(f"auth={self.auth!r} needs a secret")
             env[SECRET_ENV] = self._secret
         with open(self._stdout_path, "wb") as out, open(self._stderr_path, "wb") as err:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                          start_new_session=True)  # a terminal's Ctrl-C is the driver's alone
         deadline = time.monotonic() + self.startup_timeout
         while self.base_url is None:
             for line in self._stdout_path.read_text(errors="replace").splitlines():
