@@ -252,6 +252,8 @@ def run_suite(opts: RunOptions, answer, judge) -> None:
                 allow_hash_mismatch=opts.allow_hash_mismatch, num_cpus=opts.num_cpus, console=console)
         except (FileNotFoundError, FileExistsError, ValueError) as exc:
             fail(str(exc))
+        except Exception as exc:  # noqa: BLE001 - Ray's start, an internal error: one line, not a traceback
+            fail_internal(exc, opts.out)
     if any(o.status == "failed" for o in result.outcomes):
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -323,10 +325,33 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
             except (DatasetError, EvidenceError, FileExistsError, FileNotFoundError, ValueError) as exc:
                 progress.stop()
                 fail(str(exc))
+            except Exception as exc:  # noqa: BLE001 - Ray's start, a lost actor, an internal error: one line
+                progress.stop()
+                fail_internal(exc, opts.out)
     try:
         print_result(opts, result, label, declared.category_names)
     except KeyboardInterrupt:
         fail(interrupted_message(opts.out), EXIT_INTERRUPTED)
+
+
+def fail_internal(exc: BaseException, out: Path) -> None:
+    """Exit :data:`~aml_ray.cli_common.EXIT_RUN_FAILED` on an error of the platform's own (not the participant's
+    nor the input's): one line with its cause; the traceback goes to ``out/error.log`` for a bug report.
+
+    Raises:
+        typer.Exit: always.
+    """
+    import traceback
+
+    from aml_ray.run.pipeline import error_cause
+
+    log_path = out / "error.log"
+    try:
+        log_path.write_text("".join(traceback.format_exception(exc)))
+    except OSError:
+        log_path = None
+    cause = " ".join(error_cause(exc).split())[:500]
+    fail(f"run failed: {cause}" + (f" (traceback: {log_path})" if log_path else ""), EXIT_RUN_FAILED)
 
 
 def interrupted_message(out: Path) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -294,7 +295,9 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     A run that ends without failing has ``run_info["status"]`` ``completed`` or ``partial`` (some Adds
     failed or some questions have no result, within the failure budget), derived from the evidence by
     :func:`aml_ray.run.outcome.run_outcome`. A run stopped by Ctrl-C (``KeyboardInterrupt``, re-raised) has
-    ``interrupted`` in run.json (:func:`mark_interrupted`) and can be resumed.
+    ``interrupted`` in run.json (:func:`mark_interrupted`) and can be resumed. Any other error once run.json
+    says ``running`` (Ray's start timing out, a lost actor, an internal error) is re-raised after run.json
+    says ``failed`` with its one-line cause (:func:`mark_failed`): no run is left ``running`` by its process.
     """
     command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
     try:
@@ -302,6 +305,11 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
                          leave_cluster=leave_cluster, own_cluster=own_cluster)
     except KeyboardInterrupt:
         mark_interrupted(RunDir(cfg.out_dir), cfg.run_id, wall_s=round(time.time() - command_t0, 3))
+        raise
+    except Exception as exc:  # StageFailed wrote its own run.json (status failed): left as it is
+        from aml_ray.run.pipeline import error_cause
+
+        mark_failed(RunDir(cfg.out_dir), cfg.run_id, cause=error_cause(exc), wall_s=round(time.time() - command_t0, 3))
         raise
 
 
@@ -547,14 +555,60 @@ def mark_interrupted(run_dir: RunDir, run_id: str, *, wall_s: float) -> bool:
         True when run.json was rewritten; False when there is none yet, or it is another run's, or its
         status is already final (the interruption came after the last run.json was written).
     """
+    return _mark_ended(run_dir, run_id, status="interrupted", error=INTERRUPTED.format(out=run_dir.root),
+                       wall_s=wall_s)
+
+
+def this_process() -> dict[str, Any]:
+    """``{"pid", "host", "started"}`` of this process (``started``: its start in clock ticks since boot, from
+    /proc, so a later process that reuses the pid is told apart; None where /proc is absent). run.json holds it
+    while the run says ``running``: :func:`process_alive` tells a live run from one whose process is gone."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": _proc_start(os.getpid())}
+
+
+def process_alive(process: dict[str, Any] | None) -> bool:
+    """Whether the process :func:`this_process` described still runs (False for another host's: unknown there,
+    so never refused; False for None)."""
+    if not process or process.get("host") != socket.gethostname():
+        return False
+    started = _proc_start(int(process["pid"]))
+    return started is not None and started == process.get("started")
+
+
+def _proc_start(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (the process's start, clock ticks after boot); None when it is not running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def mark_failed(run_dir: RunDir, run_id: str, *, cause: str, wall_s: float) -> bool:
+    """Record in ``run_dir``'s run.json that its run failed on an error of its own (not the participant's), if it
+    was still ``running``: ``status`` ``failed``, ``error`` the cause in one line, ``failure.kind`` ``internal``.
+
+    The evidence already written stays, and the run can be resumed (:func:`check_resumable` refuses only a
+    completed one). Arguments and return value as :func:`mark_interrupted`.
+    """
+    cause = " ".join(cause.split())
+    return _mark_ended(run_dir, run_id, status="failed", error=f"internal error: {cause}",
+                       wall_s=wall_s, failure={"kind": "internal", "summary": cause})
+
+
+def _mark_ended(run_dir: RunDir, run_id: str, *, status: str, error: str, wall_s: float, **more: Any) -> bool:
+    """Rewrite run.json with a final ``status`` when it is this run's, says ``running``, and this process wrote
+    that (a refused resume of a run another process runs leaves its run.json alone)."""
     try:
         info = json.loads(run_dir.run_json.read_text())
     except (OSError, ValueError):
         return False
     if info.get("run_id") != run_id or info.get("status") != "running":
         return False
-    info.update(status="interrupted", error=INTERRUPTED.format(out=run_dir.root), wall_s=wall_s,
-                wall_covers=WALL_COVERS, finished_at=datetime.now(timezone.utc).isoformat())
+    if info.get("process") not in (None, this_process()):
+        return False
+    info.update(status=status, error=error, wall_s=wall_s, wall_covers=WALL_COVERS,
+                finished_at=datetime.now(timezone.utc).isoformat(), **more)
     write_json_atomic(info, run_dir.run_json)
     return True
 
@@ -587,6 +641,9 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
         previous = json.loads(run_dir.run_json.read_text())
         if previous.get("status") == "completed":
             raise ValueError(f"run {previous['run_id']} in {run_dir.root} is already completed; nothing to resume")
+        if previous.get("status") == "running" and process_alive(previous.get("process")):
+            raise ValueError(f"run {previous['run_id']} in {run_dir.root} is still running (process "
+                             f"{previous['process']['pid']} on {previous['process']['host']}); resume it once it ended")
         cfg.run_id = previous["run_id"]
     elif cfg.resume:
         raise FileNotFoundError(f"--resume {run_dir.root}: no run.json there; pass a run directory made by "
@@ -628,7 +685,7 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
                for role, p in (("answer", answer_prompt), ("judge", judge_prompt))}
     info: dict[str, Any] = {
         "run_id": cfg.run_id, "run_label": cfg.run_label, "status": "running",
-        "started_at": datetime.now(timezone.utc).isoformat(),
+        "started_at": datetime.now(timezone.utc).isoformat(), "process": this_process(),
         "dataset": {"name": spec.name, "track": spec.track, "file": str(data_file),
                     "sha256": path_sha256(data_file), "hash_mismatch_allowed": cfg.allow_hash_mismatch,
                     "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
