@@ -13,6 +13,9 @@ import sys
 
 def main() -> None:
     """``aml-ray ARGS``: :func:`aml_ray.cli.main`, with the collector paused for ``run``."""
+    from aml_ray.command_clock import mark_start
+
+    mark_start()  # wall_s counts from here (aml_ray.command_clock)
     if sys.argv[1:2] == ["run"]:
         from aml_ray.run.collector import pause
 

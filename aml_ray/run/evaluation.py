@@ -41,7 +41,7 @@ from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
 from aml_ray.run import collector
 from aml_ray.run.head_start import HeadStart
-from aml_ray import interrupts
+from aml_ray import command_clock, interrupts
 from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
 from aml_ray.stages._common import warm_in_background
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
@@ -205,25 +205,9 @@ def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
 
 
 #: What run.json's ``wall_s`` covers (issue 25, item 5).
-WALL_COVERS = ("the whole command: from the process start (interpreter, imports, dataset load and check, "
+WALL_COVERS = ("the whole command: from its start (aml_ray.command_clock: imports, dataset load and check, "
                "inputs, pre-flight, Ray start, actor pools, Adds and Searches, Answer and Judge, scoring) "
                "to the final run.json; timings splits it")
-
-
-def process_started_at() -> float:
-    """This process's start as a ``time.time()`` value (Linux ``/proc``); now where it cannot be read.
-
-    The start is in clock ticks since boot (``/proc/self/stat``, 10 ms); the boot is ``time.time()`` less
-    ``/proc/uptime`` (10 ms), not ``/proc/stat``'s ``btime``, whose whole seconds put the start up to 1 s
-    early (a run's ``wall_s`` above the time it really took).
-    """
-    try:
-        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as fh:
-            boot = time.time() - float(fh.read().split()[0])
-        return min(boot + ticks / os.sysconf("SC_CLK_TCK"), time.time())
-    except (OSError, ValueError, IndexError):
-        return time.time()
 
 
 def _media_limits(track: str, cfg: EvaluationConfig):
@@ -299,7 +283,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     says ``running`` (Ray's start timing out, a lost actor, an internal error) is re-raised after run.json
     says ``failed`` with its one-line cause (:func:`mark_failed`): no run is left ``running`` by its process.
     """
-    command_t0 = process_started_at()  # wall_s covers the whole command (WALL_COVERS)
+    command_t0 = command_clock.started_at()  # wall_s covers the whole command (WALL_COVERS)
     try:
         return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight,
                          leave_cluster=leave_cluster, own_cluster=own_cluster)
@@ -316,7 +300,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
               num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None,
               leave_cluster: bool = False, own_cluster: bool = False) -> EvaluationResult:
-    """:func:`evaluate`'s work (``command_t0``: the process start, :func:`process_started_at`).
+    """:func:`evaluate`'s work (``command_t0``: the command's start, :func:`aml_ray.command_clock.started_at`).
 
     Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
     (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
