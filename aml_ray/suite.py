@@ -496,16 +496,19 @@ def check_bundle(bundle: Bundle, data_path: str | os.PathLike[str] | None = None
         data_path: where the bundle's ``path`` is (default ``<root>/<bundle.path>``).
         root: the datasets directory (default :func:`datasets_dir`).
 
+    A data file found as a directory (the same data as one file per item, the layout of LongMemEval's
+    ``s_sample/``) is hashed as the index of its files (:func:`path_sha256`).
+
     Returns:
         The :class:`BundleCheck`; nothing raises for a missing or mismatched file.
     """
     data_path = Path(data_path) if data_path is not None else datasets_dir(root) / bundle.path
     files = []
     for f, p in bundle.locate(data_path):
-        if not p.is_file():
+        if not (p.is_file() or p.is_dir()):
             files.append(FileCheck(f, p, "missing"))
             continue
-        actual = sha256_file(p)
+        actual = path_sha256(p)
         status = "unpinned" if f.sha256 is None else "ok" if actual == f.sha256 else "mismatch"
         files.append(FileCheck(f, p, status, actual))
     data = [fc for fc in files if fc.file.role == "data"]

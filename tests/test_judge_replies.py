@@ -91,12 +91,12 @@ async def test_unusable_replies_are_all_kept_with_the_judge_error(fake):
 
 
 async def test_repeated_runs_keep_every_reply_in_asking_order(fake):
-    replies = ["The answer is correct.\nlabel: WRONG", LABEL_CORRECT, "The answer is wrong."]
+    replies = ['label: CORRECT\n{"label": "WRONG"}', LABEL_CORRECT, "The answer is wrong."]
     fake.script = lambda p, n: Reply(replies[n])
     rows = [answered("Paris")]
     await judge(fake, rows, judge_runs=2)
     row = rows[0]
-    # run 1: a reply with both verdicts (asked again), then CORRECT; run 2: a negative, WRONG at once
+    # run 1: a reply with two labels that disagree (asked again), then CORRECT; run 2: a negative, WRONG at once
     assert row["judge_verdicts"] == ["CORRECT", "WRONG"] and row["verdict"] == "CORRECT"
     assert row["judge_attempts"] == 3 and row["judge_raw_all"] == replies
 

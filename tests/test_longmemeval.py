@@ -7,6 +7,7 @@ import doctest
 import json
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -275,3 +276,97 @@ def test_directory_load_reads_every_instance_file(tmp_path):
     for f in sorted(S_SAMPLE.glob("*.json"))[:2]:
         shutil.copy(f, tmp_path / f.name)
     assert len(load_longmemeval(tmp_path)) == 2
+
+
+# ---------------------------------------------------------------- the whole S file in the s_sample/ layout
+
+#: Instances of the built layout that carry an oddity of the public S file: an empty turn (even n) or a
+#: repeated session id (odd n); 20 in all, as in the public file.
+ODD_INSTANCES = 20
+
+
+def _s_layout(root: Path) -> Path:
+    """The 500 instances of the public S file in the ``s_sample/`` layout (one instance per file), built from
+    the 7 shared sample instances: the 7 as they are (links, never copies) and 493 derived from them with
+    their first three sessions, typed so that the 500 match MANIFEST's counts. Derived instance ``n`` <
+    :data:`ODD_INSTANCES` holds an empty turn (even ``n``) or its first session id twice (odd ``n``)."""
+    root.mkdir()
+    real = sorted(S_SAMPLE.glob("*.json"))
+    sources = [json.loads(f.read_text(encoding="utf-8")) for f in real]
+    for f in real:
+        (root / f.name).symlink_to(f)
+    left = Counter(MANIFEST_TYPES) - Counter(x["question_type"] for x in sources)
+    types = [t for t, n in sorted(left.items()) for _ in range(n)]
+    for n, qtype in enumerate(types):
+        src = sources[n % len(sources)]
+        item = {**src, "question_id": f"{src['question_id']}_c{n:03d}", "question_type": qtype,
+                **{k: list(src[k][:3]) for k in ("haystack_dates", "haystack_session_ids", "haystack_sessions")}}
+        if n < ODD_INSTANCES and n % 2 == 0:
+            item["haystack_sessions"][0] = [{**item["haystack_sessions"][0][0], "content": ""},
+                                            *item["haystack_sessions"][0][1:]]
+        elif n < ODD_INSTANCES:
+            item["haystack_session_ids"][2] = item["haystack_session_ids"][0]
+        (root / f"0_{n:03d}_{item['question_id']}.json").write_text(json.dumps(item), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def s_layout(tmp_path_factory) -> Path:
+    return _s_layout(tmp_path_factory.mktemp("lme") / "s_whole")
+
+
+def test_the_whole_s_file_loads_with_every_oddity_recorded(s_layout):
+    from aml_ray.datasets.base import load_notes
+
+    assert resolve_bundle_path("longmemeval_s", s_layout) == s_layout  # the folder layout is a bundle path
+    samples = get_dataset("longmemeval_s").load(s_layout)
+    assert len(samples) == 500 and len({s.sample_id for s in samples}) == 500
+    assert sum(len(s.questions) for s in samples) == 500  # no question dropped
+    assert Counter(s.questions[0].category for s in samples) == MANIFEST_TYPES
+    info = verify_loaded_bundle("longmemeval_s", s_layout, samples)
+    assert info["counts_checked"] and info["counts"]["total"] == 500
+    notes = load_notes(samples)
+    assert len(notes) == ODD_INSTANCES == len({n["sample_id"] for n in notes})
+    by_sample = {s.sample_id: s for s in samples}
+    for note in notes:
+        sample = by_sample[note["sample_id"]]
+        keys = [ss.key for ss in sample.sessions]
+        assert len(keys) == len(set(keys)) == 3
+        if "empty" in note["note"]:
+            assert note["note"].startswith("haystack_sessions[0][0] (session ") and "turn skipped" in note["note"]
+            first = next(ss for ss in sample.sessions if ss.key == keys_of_file(s_layout, sample.sample_id)[0])
+            assert len(first.messages) == 11  # 12 turns, the empty one skipped
+        else:
+            sid = keys_of_file(s_layout, sample.sample_id)[0]
+            assert note["note"] == f"haystack_session_ids[2]: session id {sid!r} repeats; loaded as '{sid}-2'"
+            assert {sid, f"{sid}-2"} <= set(keys)
+
+
+def keys_of_file(root: Path, question_id: str) -> list[str]:
+    """The session ids of one instance file of the built layout, as the file holds them."""
+    path = next(root.glob(f"*_{question_id}.json"))
+    return json.loads(path.read_text(encoding="utf-8"))["haystack_session_ids"]
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_of_the_s_layout_records_the_oddities_in_run_json(s_layout, tmp_path):
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.reference.server import ReferenceServer
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
+    from aml_ray.run.evidence import read_adds, read_questions
+
+    offline = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+    with ReferenceServer(tmp_path / "ref") as ref:
+        result = evaluate(EvaluationConfig(
+            dataset="longmemeval_s", participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
+            out_dir=tmp_path / "run", data_path=s_layout, limit_samples=2, **offline))
+    info = json.loads(result.run_dir.run_json.read_text())
+    notes = info["dataset"]["load_notes"]
+    assert [n["note"].split(":")[0] for n in notes] == ["haystack_sessions[0][0] (session '"
+                                                        + keys_of_file(s_layout, notes[0]["sample_id"])[0] + "')",
+                                                        "haystack_session_ids[2]"]
+    assert info["status"] == "completed" and info["bundle"]["counts_checked"] is True
+    assert read_questions(result.run_dir)["status"].to_list() == ["scored", "scored"]
+    dup = keys_of_file(s_layout, notes[1]["sample_id"])[0]
+    sessions = set(read_adds(result.run_dir)["session_id"].to_list())
+    assert {s.rsplit(":", 1)[1] for s in sessions if notes[1]["sample_id"] in s} >= {dup, f"{dup}-2"}

@@ -135,7 +135,7 @@ async def test_empty_reply_is_asked_again(fake):
     assert rows[0]["score"] == 1.0 and rows[0]["judge_attempts"] == 2
 
 
-async def test_event_ordering_score_is_tau_times_f1_of_the_aligned_answer(fake):
+async def test_event_ordering_score_is_tau_norm_of_the_aligned_answer(fake):
     def script(prompt: str, n: int) -> Reply:
         if "REFERENCE EVENTS" in prompt:
             assert "1. Core functionality\n2. Transaction error handling\n3. Security and deployment" in prompt
@@ -150,7 +150,7 @@ async def test_event_ordering_score_is_tau_times_f1_of_the_aligned_answer(fake):
     await run(fake, rows)
     r = rows[0]
     ordering = json.loads(r["score_detail"])["ordering"]
-    assert r["score"] == pytest.approx(2 / 3) and r["status"] == "scored"  # the ordering score, as upstream
+    assert r["score"] == pytest.approx(2 / 3) and r["status"] == "scored"  # tau_norm, as upstream reports it
     assert json.loads(r["score_detail"])["rubric_mean"] == 1.0  # kept for audit
     assert ordering["matches"] == [0, 2, 1] and ordering["answer_items"] == 3  # the blank line is no item
     assert ordering["f1"] == 1.0 and ordering["tau_b"] == pytest.approx(1 / 3)
@@ -197,6 +197,7 @@ async def test_offline_lexical_stand_in_and_upstream_errors():
     ("```json\n{\"Score\": 0}\n```", 0.0),
     ('Reasoning first. {"score": 0.5, "reason": "partial"}', 0.5),
     ("**Score:** 1", 1.0),
+    ('{"score": 0.7}', 0.7),
 ])
 def test_parse_rubric_score_accepts(reply, expected):
     assert parse_rubric_score(reply) == expected
@@ -205,9 +206,10 @@ def test_parse_rubric_score_accepts(reply, expected):
 @pytest.mark.parametrize("reply, problem", [
     ("", "empty judge reply"),
     ("It partly complies.", "no score found"),
-    ('{"score": 0.7}', "not one of 1.0, 0.5, 0.0"),
-    ('{"score": "high"}', "not one of"),
-    ('{"score": true}', "not one of"),
+    ('{"score": "high"}', "not a number in"),
+    ('{"score": true}', "not a number in"),
+    ('{"score": 1.5}', "not a number in"),
+    ('{"score": -0.5}', "not a number in"),
     ('{"score": 1} and later {"score": 0}', "conflicting scores"),
 ])
 def test_parse_rubric_score_refuses(reply, problem):

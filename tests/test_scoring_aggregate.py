@@ -1,6 +1,7 @@
 """Aggregation: denominators, coverage, excluded rows, per-category and overall rows, latency."""
 
 import math
+import statistics
 
 import polars as pl
 import pytest
@@ -43,9 +44,9 @@ def test_answer_errors_stay_in_denominator():
         assert row["accuracy"] != pytest.approx(0.875)
         assert row["coverage"] == pytest.approx(0.8)
         assert row["n_total"] == 10 and row["n_scored"] == 8 and row["n_errors"] == 2
-        # sqrt(0.7 * 0.3 / 10) = sqrt(0.021) = 0.1449137...
-        assert row["accuracy_se"] == pytest.approx(math.sqrt(0.021))
-        assert row["accuracy_se"] == pytest.approx(0.144913767, abs=1e-9)
+        # sample variance 0.7 * 0.3 * 10 / 9: se = sqrt(0.21 / 9) = 0.1527525...
+        assert row["accuracy_se"] == pytest.approx(math.sqrt(0.21 / 9))
+        assert row["accuracy_se"] == pytest.approx(0.152752523, abs=1e-9)
         # f1: 7 * 1.0 / 10; bleu1: 7 * 0.5 / 10 (errors count 0)
         assert row["f1"] == pytest.approx(0.7)
         assert row["bleu1"] == pytest.approx(0.35)
@@ -64,8 +65,8 @@ def test_every_error_status_counts_as_wrong_and_zero():
     assert row["coverage"] == pytest.approx(0.25)
     assert row["f1"] == pytest.approx(0.2)
     assert row["bleu1"] == pytest.approx(0.15)
-    # sqrt(0.25 * 0.75 / 4) = sqrt(0.046875)
-    assert row["accuracy_se"] == pytest.approx(math.sqrt(0.046875))
+    # sqrt(0.25 * 0.75 / 3) = 0.25
+    assert row["accuracy_se"] == pytest.approx(0.25)
 
 
 def test_excluded_rows_are_only_counted():
@@ -86,8 +87,8 @@ def test_excluded_rows_are_only_counted():
         assert cat5[metric] is None
     overall = _row(result, "locomo", OVERALL)
     assert (overall["n_total"], overall["n_excluded"], overall["accuracy"]) == (2, 3, 0.5)
-    # p = 0.5, n = 2: sqrt(0.25 / 2)
-    assert overall["accuracy_se"] == pytest.approx(math.sqrt(0.125))
+    # p = 0.5, n = 2: sqrt(0.25 / 1)
+    assert overall["accuracy_se"] == pytest.approx(0.5)
 
 
 def test_per_category_rows_and_micro_averaged_overall():
@@ -132,7 +133,7 @@ def test_rows_sorted_by_dataset_then_category_overall_last():
         ("longmemeval", OVERALL),
     ]
     assert _row(result, "longmemeval", OVERALL)["accuracy"] == 0.0
-    assert _row(result, "longmemeval", OVERALL)["accuracy_se"] == 0.0
+    assert _row(result, "longmemeval", OVERALL)["accuracy_se"] is None  # one question: no spread to measure
 
 
 def test_result_schema_and_empty_input():
@@ -195,9 +196,22 @@ def test_partial_credit_from_score_column():
     })
     overall = aggregate(rows).filter(pl.col("category") == "overall").to_dicts()[0]
     assert overall["accuracy"] == pytest.approx(1.5 / 4)
-    # population variance of [1, .5, 0, 0] is 0.171875 -> se = sqrt(0.171875 / 4)
-    assert overall["accuracy_se"] == pytest.approx((0.171875 / 4) ** 0.5)
+    # sample variance of [1, .5, 0, 0] is 0.6875 / 3 -> se = sqrt(0.6875 / 3 / 4)
+    assert overall["accuracy_se"] == pytest.approx((0.6875 / 3 / 4) ** 0.5)
     assert overall["coverage"] == 0.75
+
+
+def test_partial_credit_standard_error_uses_the_sample_variance():
+    # rubric credits of five questions; the standard error of their mean is stdev (divisor n - 1) / sqrt(n),
+    # 0.1871 here, where the population variance gave 0.1673
+    credits = [1.0, 0.5, 0.5, 0.0, 0.0]
+    rows = pl.DataFrame({"dataset": ["beam"] * 5, "category": ["summarization"] * 5, "excluded": [False] * 5,
+                         "status": ["scored"] * 5, "verdict": [None] * 5, "score": credits,
+                         "f1": [None] * 5, "bleu1": [None] * 5})
+    overall = aggregate(rows).filter(pl.col("category") == "overall").to_dicts()[0]
+    assert overall["accuracy_se"] == pytest.approx(statistics.stdev(credits) / math.sqrt(5))
+    assert round(overall["accuracy_se"], 4) == 0.1871
+    assert round(statistics.pstdev(credits) / math.sqrt(5), 4) == 0.1673
 
 
 # --- bootstrap interval beside every accuracy ---------------------------------------------------------
@@ -222,7 +236,7 @@ def test_accuracy_interval_is_the_bootstrap_of_the_credits():
         assert (round(low, 2), round(high, 2)) == (0.31, 0.49)
         # within one step of the normal approximation's width 2 * 1.96 * sqrt(0.4 * 0.6 / 100) = 0.192
         assert abs((high - low) - 0.192) <= 0.015
-        assert row["accuracy_se"] == pytest.approx(math.sqrt(0.0024))  # the standard error stays
+        assert row["accuracy_se"] == pytest.approx(math.sqrt(0.24 / 99))  # the standard error stays
     cat5 = _row(result, "locomo", "5")
     assert cat5["accuracy_ci_low"] is None and cat5["accuracy_ci_high"] is None
 

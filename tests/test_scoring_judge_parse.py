@@ -107,20 +107,62 @@ def test_explicit_negative_is_wrong(reply):
     [
         ('label: WRONG\n{"label": "CORRECT"}', "conflicting"),
         ('{"label": "CORRECT"}\nlabel: incorrect', "conflicting"),
-        ('The answer is incorrect.\n{"label": "CORRECT"}', "conflicting"),
         ("The answer is CORRECT. On reflection, the answer is INCORRECT.", "conflicting"),
         ("Incorrect.\nlabel: CORRECT", "conflicting"),
-        ('The answer is correct.\n{"label": "WRONG"}', "conflicting"),
         ("not incorrect", "double negative"),
         ("The answer is not incorrect.", "double negative"),
-        ("It is not WRONG to call it CORRECT here.\n{\"label\": \"CORRECT\"}", "double negative"),
         ('{"label": "NOT WRONG"}', "double negative"),
         ("The answer isn't wrong.", "double negative"),
+        # labels that disagree, whatever the prose says
+        ('{"label": "CORRECT", "label2": "WRONG"}', "conflicting labels"),
+        ('{"label": "CORRECT"}\nWRONG', "conflicting labels"),
+        ('Same city.\n{"label": "WRONG"}\nFinal verdict: CORRECT', "conflicting labels"),
+        ('{"verdict": "WRONG", "label": "CORRECT"}', "conflicting labels"),
+        ('The gold is May.\n```json\n{"label": "CORRECT"}\n```\n{"label": "WRONG"}', "conflicting labels"),
     ],
 )
 def test_conflicting_verdicts_raise(reply, problem):
     with pytest.raises(JudgeParseError, match=problem):
         parse_judge_label(reply)
+
+
+RATIONALE_REPLIES = [
+    # a one-line rationale, then the JSON label the prompts ask for; verdict words in the rationale are not labels
+    ('The year is correct but the month is wrong.\n{"label": "WRONG"}', "WRONG"),
+    ('The generated answer gives 7 May 2023 in another date format, which is not wrong.\n{"label": "CORRECT"}',
+     "CORRECT"),
+    ('{"label": "CORRECT", "reason": "the answer is not wrong"}', "CORRECT"),
+    ('{"reason": "the answer is correct about the city but wrong about the year", "label": "WRONG"}', "WRONG"),
+    ('The answer is not incorrect: it names the same person.\n{"label": "CORRECT"}', "CORRECT"),
+    ("The gold answer is Paris and the generated answer says Paris, so it is correct.\n"
+     '```json\n{"label": "CORRECT"}\n```', "CORRECT"),
+    ('The answer says 2021, the gold says 2022; it is wrong.\n```json\n{"label": "WRONG"}\n```', "WRONG"),
+    ("Rationale: the answer mentions the right hobby (pottery) but adds a wrong detail that does not contradict "
+     'the gold.\n{"label": "CORRECT"}', "CORRECT"),
+    ('The answer is partially correct but misses the second item, so it is incomplete.\n{"label": "WRONG"}', "WRONG"),
+    ("Nothing in the answer is incorrect, and it covers the gold.\n{'label': 'CORRECT'}", "CORRECT"),
+    ('It is not wrong to write "last week" for the gold date here.\n{"label": "CORRECT"}', "CORRECT"),
+    ('The generated answer is wrong about the date.\n\n{"label": "WRONG"}\n', "WRONG"),
+    ("Although the phrasing is different, it is correct.\n{\"label\": \"correct\"}", "CORRECT"),
+    ('The answer says the information is not available, which is wrong.\n{"label":"WRONG"}', "WRONG"),
+    ('**Rationale:** the correct answer is Lisbon; the reply says Porto, which is incorrect.\n'
+     '**Label:** {"label": "WRONG"}', "WRONG"),
+    # a bare label ends the reply after the rationale
+    ("The generated answer is correct, but incomplete. WRONG", "WRONG"),
+    ("The generated answer names the same city, so nothing is wrong. CORRECT", "CORRECT"),
+    ("CORRECTNESS: WRONG", "WRONG"),
+    ("The answer refers to the same event.\nCORRECTNESS: CORRECT", "CORRECT"),
+    ("Same year and month, different day format.\nFinal verdict: **CORRECT**", "CORRECT"),
+    ("The gold says two dogs, the answer says three; that is not correct.\nVerdict: WRONG", "WRONG"),
+    ('The answer is wrong? No: it is right.\n{"label": "CORRECT"}\nCORRECT', "CORRECT"),
+    ("The answer is correct about the place but not the time - WRONG", "WRONG"),
+]
+
+
+@pytest.mark.parametrize(("reply", "expected"), RATIONALE_REPLIES)
+def test_a_label_after_a_rationale_is_the_verdict(reply, expected):
+    """A well-formed label decides; prose around it is rationale, whatever verdict words it uses."""
+    assert parse_judge_label(reply) == expected
 
 
 @pytest.mark.parametrize("reply", ["", "   \n\t", None])

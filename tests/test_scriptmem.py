@@ -170,6 +170,27 @@ def test_resolve_needs_the_operator_file(tmp_path):
         resolve_scriptmem(tmp_path, cache_dir=tmp_path)
 
 
+@needs_files
+def test_questions_file_alone_names_the_missing_conversation_file(tmp_path):
+    os.symlink(QUESTIONS, tmp_path / "questions.jsonl")
+    missing = str(tmp_path / "conversations.jsonl")
+    for step in (lambda p: resolve_scriptmem(p, cache_dir=tmp_path), load_scriptmem):
+        with pytest.raises(FileNotFoundError, match="the conversation file .* is missing") as info:
+            step(tmp_path / "questions.jsonl")
+        assert missing in str(info.value) and "appears twice" not in str(info.value)
+    # the same questions under another name, given as the conversation file
+    os.symlink(QUESTIONS, tmp_path / "scriptmem_questions.jsonl")
+    with pytest.raises(DatasetFormatError, match="question object .* the conversation file is missing"):
+        load_scriptmem(tmp_path / "scriptmem_questions.jsonl")
+
+
+@needs_files
+def test_questions_file_names_the_conversation_file_beside_it(operator_dir, tmp_path):
+    conv = resolve_scriptmem(operator_dir / "questions.jsonl", cache_dir=tmp_path)
+    assert conv == operator_dir / "conversations.jsonl"
+    assert sum(len(s.questions) for s in load_scriptmem(operator_dir / "questions.jsonl")) == 457
+
+
 def test_registry_declaration():
     spec = get_dataset("scriptmem")
     assert (spec.scorer, spec.answer_prompt, spec.judge_prompt) == ("option_match", "scriptmem_answer", "option_match")

@@ -207,7 +207,7 @@ def test_run_json_bundle_record_names_the_judge_protocol(tmp_path):
 
 # ------------------------------------------------------------------------------------------ BEAM
 
-ITEM = {"full": '{"score": 1.0}', "half": '{"score": 0.5}', "none": '{"score": 0.0}'}
+ITEM = {"full": '{"score": 1.0}', "half": '{"score": 0.5}', "none": '{"score": 0.0}', "off": '{"score": 0.7}'}
 
 
 def _beam_reply(matches=None):
@@ -240,24 +240,39 @@ async def test_beam_half_credit_variant_is_named_by_its_prompt():
     assert rows[0]["score"] == 0.625 and json.loads(rows[0]["score_detail"])["credit_rule"] == "half_credit"
 
 
-async def test_beam_event_ordering_score_is_the_kendall_tau_b_ordering_score():
+async def test_beam_event_ordering_score_is_tau_norm_as_upstream_reports_it():
     # BEAM evaluation.py event_ordering_score on reference [r0, r1, r2, r3] and the aligned answer
     # [r0, r2, r1, x] (x matches nothing): tp 3, fp 1, fn 1 -> F1 0.75; ranks [1,2,3,4,6] vs [1,3,2,6,4]
-    # -> tau-b 0.6 -> tau_norm 0.8 -> final_score 0.6 (the rubric mean, every item 1.0, would be 1.0)
+    # -> tau-b 0.6 -> tau_norm 0.8, final_score 0.6. src/evaluation/report_results.py averages
+    # object['tau_norm'] for event_ordering (llm_judge_score elsewhere), so the reported score is 0.8.
     rows = [_beam_row(["full", "full", "full", "full"], category="event_ordering", answer="a\nb\nc\nd")]
     await get_scorer("rubric_judge")(rows, endpoint=ONLINE, model=ScriptedJudge(_beam_reply([1, 3, 2, 0])),
                                      prompt=load_prompt("beam_rubric_judge"))
     r = rows[0]
     detail = json.loads(r["score_detail"])
-    assert r["score"] == pytest.approx(0.6) and r["status"] == "scored" and r["verdict"] == "WRONG"
+    assert r["score"] == pytest.approx(0.8) and r["status"] == "scored" and r["verdict"] == "WRONG"
     assert detail["ordering"]["tau_b"] == pytest.approx(0.6) and detail["ordering"]["f1"] == 0.75
+    assert detail["ordering"]["final"] == pytest.approx(0.6)  # final_score, kept for audit
     assert detail["rubric_mean"] == 1.0
+
+
+async def test_beam_item_score_off_the_scale_is_credited_as_upstream():
+    # evaluation.py: score += int(response['score']) -> int(0.7) = 0 for the nine abilities; event ordering's
+    # llm_judge_score reads float(0.7); items 1.0 and 0.7 -> (1 + 0) / 2 = 0.5, and (1 + 0.7) / 2 = 0.85
+    rows = [_beam_row(["full", "off"]), _beam_row(["full", "off"], category="event_ordering", answer="a\nb")]
+    await get_scorer("rubric_judge")(rows, endpoint=ONLINE, model=ScriptedJudge(_beam_reply([1, 2])),
+                                     prompt=load_prompt("beam_rubric_judge"))
+    assert rows[0]["score"] == 0.5 and rows[0]["status"] == "scored"
+    assert [it["credit"] for it in json.loads(rows[0]["score_detail"])["items"]] == [1.0, 0.0]
+    detail = json.loads(rows[1]["score_detail"])
+    assert detail["rubric_mean"] == pytest.approx(0.85) and rows[1]["score"] == 1.0  # tau_norm of [r0, r1]
 
 
 def test_beam_one_event_answer_is_defined_where_upstream_gives_nan():
     from aml_ray.stages.rubric import ordering_score
 
-    # upstream: scipy kendalltau of one-item rankings is NaN, so final_score is NaN; here it is 1.0
+    # upstream: scipy kendalltau of one-item rankings is NaN, so tau_norm (and the ability's reported mean) is
+    # NaN; here the rule "one item is in order" defines tau_norm as 1.0
     got = ordering_score(1, [0])
     assert got["final"] == 1.0 and got["tau_b"] is None and got["tau_norm"] == 1.0
     assert got["undefined_tau"] == "one item: nothing to order (upstream NaN); tau_norm defined as 1.0"

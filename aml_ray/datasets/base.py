@@ -79,12 +79,28 @@ class Question:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One unit of ingestion (one user_id): its sessions in order and its questions."""
+    """One unit of ingestion (one user_id): its sessions in order and its questions.
+
+    Attributes:
+        notes: what the adapter changed to load the source as it stands (``"haystack_sessions[4][2]:
+            empty turn skipped"``), for run.json (:func:`load_notes`); empty when nothing was changed.
+    """
 
     sample_id: str
     sessions: tuple[Session, ...]
     questions: tuple[Question, ...]
     speakers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def load_notes(samples: list[Sample]) -> list[dict[str, str]]:
+    """Every sample's load notes, for run.json: ``[{"sample_id", "note"}, ...]`` in sample order.
+
+    Examples:
+        >>> load_notes([Sample("q1", (), (), notes=("haystack_sessions[0][1]: empty turn skipped",))])
+        [{'sample_id': 'q1', 'note': 'haystack_sessions[0][1]: empty turn skipped'}]
+    """
+    return [{"sample_id": s.sample_id, "note": note} for s in samples for note in s.notes]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,12 @@ Mapping decisions:
 - Each turn becomes ``Message(role, content, timestamp)`` with the source role (``user`` /
   ``assistant``) and content unchanged; timestamp = session start (ms) + turn index, as for LoCoMo.
   ``has_answer`` (turn-level evidence) is not sent.
+- Oddities of the public S file (some instances hold a turn whose content is empty, or a session id
+  twice) are loaded, as upstream loads every instance, and each is recorded in the sample's ``notes``
+  (run.json ``dataset.load_notes``), so no question is dropped and nothing changes silently: an empty
+  (blank) turn is skipped (an Add message needs text), a session left with no turn is skipped, and a
+  repeated session id gets ``-2``, ``-3``, ... in file order (``"ultrachat_1"`` then ``"ultrachat_1-2"``), so
+  every session keeps its own session_id.
 - The question: ``question_id`` and text unchanged; ``answer`` as text (32 oracle answers are ints);
   ``question_date`` is kept as the source text and goes into the answer prompt as the current date;
   ``evidence`` = ``answer_session_ids`` (audit only).
@@ -144,8 +150,8 @@ def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
 
     Raises:
         DatasetFormatError: a missing field or one of the wrong type, lists of different lengths, a
-            malformed date, an unknown role or question type, or an empty turn; the message names the
-            item (index and question_id) and the field.
+            malformed date, an unknown role or question type, or a turn whose content is not text; the
+            message names the item (index and question_id) and the field.
     """
     where = Where.item_of(index, item, "question_id")
     where.check(item, dict, "a JSON object (one instance)")
@@ -161,8 +167,8 @@ def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
                           f"haystack_sessions ({len(sessions)}) differ in length")
     for i, sid in enumerate(ids):
         (where / "haystack_session_ids" / i).check(sid, (str, int), "a session id")
-    if len(set(map(str, ids))) != len(ids):
-        raise (where / "haystack_session_ids").error("the session ids are not unique")
+    notes: list[str] = []
+    keys = _unique_keys([str(sid) for sid in ids], notes)
     starts = [parse_longmemeval_date(d, question_id=qid, field=f"haystack_dates[{i}]",
                                      where=where / "haystack_dates" / i) for i, d in enumerate(dates)]
     parse_longmemeval_date(item["question_date"], question_id=qid, field="question_date",
@@ -178,9 +184,15 @@ def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
             role, content = turn.get("role"), turn.get("content")
             if role not in ("user", "assistant"):
                 raise (here / "role").error(f"role {role!r}; expected 'user' or 'assistant'")
-            here.get(turn, "content", str, "non-empty text", nonempty=True)
+            here.get(turn, "content", str, "text")
+            if not content.strip():
+                notes.append(f"haystack_sessions[{i}][{j}] (session {keys[i]!r}): empty {role} turn skipped")
+                continue
             messages.append(Message(role=role, content=content, timestamp=starts[i] + j))
-        out.append(Session(key=str(ids[i]), index=len(out) + 1, started_at_ms=starts[i], messages=tuple(messages)))
+        if not messages:
+            notes.append(f"haystack_sessions[{i}] (session {keys[i]!r}): no turn with text; session skipped")
+            continue
+        out.append(Session(key=keys[i], index=len(out) + 1, started_at_ms=starts[i], messages=tuple(messages)))
     answer = where.get(item, "answer", (str, int, float), "the gold answer as text or a number")
     question = Question(
         question_id=qid, sample_id=qid, question=where.get(item, "question", str, nonempty=True),
@@ -189,7 +201,34 @@ def parse_instance(item: dict[str, Any], index: int = 0) -> Sample:
         evidence=tuple(str(s) for s in where.get(item, "answer_session_ids", list, required=False, default=[])),
         question_date=item["question_date"],
     )
-    return Sample(sample_id=qid, sessions=tuple(out), questions=(question,))
+    return Sample(sample_id=qid, sessions=tuple(out), questions=(question,), notes=tuple(notes))
+
+
+def _unique_keys(ids: list[str], notes: list[str]) -> list[str]:
+    """Session keys in file order: each id, a repeated one with ``-2``, ``-3``, ... (a note says so).
+
+    Examples:
+        >>> notes = []
+        >>> _unique_keys(["a", "b", "a", "a-2"], notes)
+        ['a', 'b', 'a-3', 'a-2']
+        >>> notes
+        ["haystack_session_ids[2]: session id 'a' repeats; loaded as 'a-3'"]
+    """
+    taken = set(ids)
+    seen: set[str] = set()
+    keys = []
+    for i, sid in enumerate(ids):
+        key = sid
+        if sid in seen:
+            n = 2
+            while f"{sid}-{n}" in taken:
+                n += 1
+            key = f"{sid}-{n}"
+            taken.add(key)
+            notes.append(f"haystack_session_ids[{i}]: session id {sid!r} repeats; loaded as {key!r}")
+        seen.add(sid)
+        keys.append(key)
+    return keys
 
 
 def parse_longmemeval(data: list[dict[str, Any]]) -> list[Sample]:

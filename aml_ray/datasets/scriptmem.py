@@ -270,6 +270,11 @@ def parse_scriptmem(questions: list[dict[str, Any]], conversations: list[dict[st
         for i, line in enumerate(conversations):
             where = Where.item_of(i, line, "conversation_id")
             where.check(line, dict, "a conversation object {conversation_id, source, sample_id, conversation}")
+            if "qa_id" in line and "conversation" not in line:
+                raise where.error(
+                    f"is a question object (qa_id {line['qa_id']!r}), not a conversation: this is a questions "
+                    f"file, and the conversation file is missing; pass the operator's {CONVERSATIONS_FILE} "
+                    f"(the scripts are not published) with {QUESTIONS_FILE} beside it")
             cid = where.get(line, "conversation_id", str, required=False)
             if not cid:
                 cid = f"{where.get(line, 'source', str)}:{where.get(line, 'sample_id', (str, int))}"
@@ -315,11 +320,36 @@ def questions_beside(conversations: Path) -> Path:
     return conversations.parent / QUESTIONS_FILE
 
 
+def conversation_file(data: str | os.PathLike[str]) -> Path:
+    """The conversation file that a ``--data`` path names.
+
+    A folder names its ``conversations.jsonl``; ``questions.jsonl`` itself names the
+    ``conversations.jsonl`` beside it; any other path names itself.
+
+    Raises:
+        FileNotFoundError: ``data`` is ``questions.jsonl`` and no ``conversations.jsonl`` sits beside it;
+            the message names the missing file.
+    """
+    conv = Path(data)
+    if conv.is_dir():
+        return conv / CONVERSATIONS_FILE
+    if conv.name == QUESTIONS_FILE:
+        beside = conv.parent / CONVERSATIONS_FILE
+        if not beside.is_file():
+            raise FileNotFoundError(
+                f"ScriptMem: {conv} is the questions file; the conversation file {beside} is missing. Pass "
+                f"--data PATH to the operator's {CONVERSATIONS_FILE} (the scripts are not published), with "
+                f"{QUESTIONS_FILE} beside it")
+        return beside
+    return conv
+
+
 def load_scriptmem(path: str | os.PathLike[str], *, allow_placeholder: bool = False) -> list[Sample]:
     """Load ScriptMem from the operator's conversation file and the ``questions.jsonl`` beside it.
 
     Args:
-        path: the conversation file, or a folder holding ``conversations.jsonl`` and ``questions.jsonl``.
+        path: the conversation file, or a folder holding ``conversations.jsonl`` and ``questions.jsonl``
+            (see :func:`conversation_file`).
         allow_placeholder: see :func:`parse_scriptmem`.
 
     Returns:
@@ -330,9 +360,7 @@ def load_scriptmem(path: str | os.PathLike[str], *, allow_placeholder: bool = Fa
         DatasetFormatError: an empty file, invalid JSON or any error of :func:`parse_scriptmem`; the
             message names the file.
     """
-    conv = Path(path)
-    if conv.is_dir():
-        conv = conv / CONVERSATIONS_FILE
+    conv = conversation_file(path)
     questions = questions_beside(conv)
     return parse_scriptmem(_read_jsonl(questions, "one question object per line"),
                            _read_jsonl(conv, "one conversation object per line"), allow_placeholder=allow_placeholder,
@@ -349,7 +377,8 @@ def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch
     placeholder is refused here already, so a suite can report ScriptMem as absent before any work.
 
     Args:
-        data: the conversation file or its folder. Required: there is no public source of the scripts.
+        data: the conversation file, its folder, or the ``questions.jsonl`` beside it (see
+            :func:`conversation_file`). Required: there is no public source of the scripts.
         cache_dir: the dataset cache root (unused: nothing is downloaded for a run; kept for the
             :class:`~aml_ray.datasets.registry.DatasetSpec` signature).
         allow_hash_mismatch: accept a ``questions.jsonl`` with another sha256.
@@ -358,8 +387,9 @@ def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch
         The conversation file's path (what :func:`load_scriptmem` reads).
 
     Raises:
-        FileNotFoundError: no ``data`` (the message says what to pass), it does not exist, or no
-            ``questions.jsonl`` sits beside it; :class:`ScriptsNotPublished` when the conversation file
+        FileNotFoundError: no ``data`` (the message says what to pass), it does not exist, no
+            ``questions.jsonl`` sits beside it, or ``data`` is ``questions.jsonl`` without a conversation
+            file beside it (the message names the missing file); :class:`ScriptsNotPublished` when the conversation file
             is the published ``format_example`` placeholder.
         DatasetHashMismatch: ``questions.jsonl`` has another sha256, unless allowed.
     """
@@ -367,9 +397,7 @@ def resolve_scriptmem(data: Path | None, *, cache_dir: Path, allow_hash_mismatch
         raise FileNotFoundError(
             "ScriptMem needs the script conversation file, which is not published: pass --data PATH to a "
             f"{CONVERSATIONS_FILE} in the published layout, with the pinned {QUESTIONS_FILE} beside it")
-    conv = Path(data)
-    if conv.is_dir():
-        conv = conv / CONVERSATIONS_FILE
+    conv = conversation_file(data)
     if not conv.is_file():
         raise FileNotFoundError(f"ScriptMem conversation file {conv} does not exist (--data PATH)")
     questions = questions_beside(conv)

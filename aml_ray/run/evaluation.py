@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint, cache_dir
+from aml_ray.datasets.base import load_notes
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
@@ -675,7 +676,8 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
                     "samples": len(samples), "chunks": inputs.n_chunks, "messages": inputs.n_messages,
                     "questions": inputs.n_questions, "scorable_questions": inputs.n_scorable,
                     "excluded_questions": inputs.n_excluded,
-                    "questions_by_category": dict(sorted(inputs.by_category.items()))},
+                    "questions_by_category": dict(sorted(inputs.by_category.items())),
+                    "load_notes": load_notes(samples)},
         "participant": {"label": cfg.participant_label, **cfg.participant.describe()},
         # a retrieval-only run calls no model: none is recorded, and its table has no accuracy
         "models": {} if cfg.retrieval_only else {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},

@@ -15,8 +15,10 @@ all of the dataset's non-excluded questions):
 - Credit per question: the optional ``score`` column (partial credit in [0, 1] from rubric or option
   scorers) when not null, else 1 for a CORRECT verdict; errors get 0.
 - ``coverage = n_scored / n_total``; ``accuracy = sum(credit) / n_total``;
-  ``accuracy_se = sqrt(var(credit) / n_total)`` with the population variance over the same denominator
-  (for 0/1 credit this is the binomial ``sqrt(p (1 - p) / n_total)``); ``f1`` and ``bleu1`` are sums over scored rows divided by ``n_total``.
+  ``accuracy_se = s / sqrt(n_total)``, the standard error of the mean with the sample variance ``s**2`` of
+  the credits over the same denominator (divisor ``n_total - 1``, as ``scipy.stats.sem`` with its default
+  ``ddof=1``; for 0/1 credit ``sqrt(p (1 - p) / (n_total - 1))``); null for a single question, whose
+  spread is unknown; ``f1`` and ``bleu1`` are sums over scored rows divided by ``n_total``.
 - A group with no non-excluded rows keeps its counts; its ratios are null.
 
 Example: 10 questions, 2 answer errors, 7 of the other 8 judged CORRECT -> accuracy 0.70 (not 0.875)
@@ -150,6 +152,13 @@ def _intervals(base: pl.DataFrame) -> pl.DataFrame:
                                       "accuracy_ci_high": pl.Float64}, orient="row")
 
 
+def _standard_error(accuracy: pl.Expr) -> pl.Expr:
+    """The standard error of the mean credit with the sample variance (module rules); null when n < 2."""
+    n = pl.col("n_total").cast(pl.Float64)
+    sum_of_squares = (pl.col("_credit_sq") - n * accuracy * accuracy).clip(lower_bound=0.0)
+    return pl.when(n > 1).then((sum_of_squares / (n - 1) / n).sqrt()).otherwise(None)
+
+
 def aggregate(df: pl.DataFrame) -> pl.DataFrame:
     """Aggregate per-question rows into one row per (dataset, category) plus a per-dataset overall.
 
@@ -208,8 +217,7 @@ def aggregate(df: pl.DataFrame) -> pl.DataFrame:
             (pl.col("n_total") - pl.col("n_scored")).alias("n_errors"),
             _ratio("n_scored").alias("coverage"),
             accuracy.alias("accuracy"),
-            ((_ratio("_credit_sq") - accuracy * accuracy).clip(lower_bound=0.0) / pl.col("n_total"))
-            .sqrt().alias("accuracy_se"),
+            _standard_error(accuracy).alias("accuracy_se"),
             _ratio("_f1_sum").alias("f1"),
             _ratio("_bleu1_sum").alias("bleu1"),
             (pl.col("category") == OVERALL).alias("_is_overall"),

@@ -1,41 +1,41 @@
 """Parse the binary LLM judge's reply into ``"CORRECT"`` or ``"WRONG"``.
 
 Source: the LoCoMo / LongMemEval judge contract in DESIGN.md ("Scoring contracts"): the judge is asked
-to answer with JSON ``{"label": "CORRECT"|"WRONG"}`` (as in mem0's ``evaluation/metrics/llm_judge.py``,
-which reads ``json.loads(reply)["label"]``). Real judge replies drift from that, so these label forms are
-accepted, all case-insensitive in the key and the value:
+for a one-line rationale, then JSON ``{"label": "CORRECT"|"WRONG"}`` on the last line (mem0's
+``evaluation/metrics/llm_judge.py`` reads ``json.loads(reply)["label"]``). A reply is read in two layers.
 
-- a JSON object with a ``label`` key, alone, inside a fenced ```` ```json ```` block, or embedded in
-  prose (for example after a one-line rationale); nested objects are searched too;
-- the same object written as a Python literal with single quotes, ``{'label': 'WRONG'}``;
-- a line that holds only ``label: CORRECT`` (``=`` instead of ``:``, quotes, and markdown bold or
-  bullets around it are tolerated);
-- a reply that is exactly one verdict (``"CORRECT"``, ``"wrong."``, ``"Incorrect"``, ``"NOT CORRECT"``).
+**Labels** decide. These forms are labels, all case-insensitive in the key and the value:
+
+- a JSON object, alone, inside a fenced ```` ```json ```` block or embedded in prose, or the same object
+  as a Python literal (``{'label': 'WRONG'}``); nested objects are searched too. A key that names a
+  verdict (``label``, ``label2``, ``verdict``, ``judgment``, ``grade``, ``correctness``, with an
+  optional ``final_`` prefix) is a label when its value is a verdict; a ``label`` key whose value is
+  no verdict (``"PARTIAL"``) is an error. Other keys (``reason``, ``answer``) are rationale;
+- a line that holds only a verdict, optionally after a short key and a colon (``label: CORRECT``,
+  ``CORRECTNESS: WRONG``, ``**Verdict:** incorrect``, ``Incorrect.``);
+- a verdict that ends the reply's last line after a sentence break (``... but incomplete. WRONG``).
 
 A label's value is ``CORRECT``, or a negative: ``WRONG``, ``INCORRECT`` or ``NOT CORRECT`` (all read as
-``WRONG``). Issue 24 (a run where 21 of 152 questions whose first reply was a negative such as "The
-answer is INCORRECT." were re-asked until a reply said CORRECT) adds the rule that **a negative verdict
-in any form is WRONG at once**, so the caller never re-asks it. Besides the label forms, a negative
-counts in prose when it is asserted:
+``WRONG``). When the labels agree, their verdict is the reply's verdict and everything else is rationale,
+whatever verdict words it uses ("the year is correct but the month is wrong", "which is not wrong").
+Labels that disagree (two JSON labels, a bare final label against the JSON, ``{"label": "CORRECT",
+"label2": "WRONG"}``) and a double-negative label (``{"label": "NOT WRONG"}``) raise.
+
+**Prose** counts only in a reply without any label, and only a negative is accepted from it (the rule
+that a negative verdict is WRONG at once, so the caller never re-asks it into a CORRECT; the parser never
+guesses in the answer's favour). A negative counts when it is asserted:
 
 - after ``is``/``was``/``are``/``'s`` (``not`` and an intensifier such as ``clearly`` or ``entirely``
   may come between): "The answer is INCORRECT.", "it's wrong", "is not entirely correct", "isn't
   correct"; a conditional ("would be wrong", "is wrong if ...") or a hedge ("might be wrong", "is
   probably wrong") asserts nothing;
-- at the start of a line, alone or before punctuation, optionally after ``verdict``/``judgment``/
-  ``grade``/``result``/``assessment``/``evaluation``/``final answer`` and a colon: "Incorrect. The
-  gold says May.", "**WRONG** - different city", "Verdict: incorrect".
+- at the start of a line before punctuation, optionally after ``verdict``/``judgment``/``grade``/
+  ``result``/``assessment``/``evaluation``/``final answer`` and a colon: "Incorrect. The gold says
+  May.", "**WRONG** - different city".
 
-The same prose forms with ``correct`` are read as positive assertions too, but only to detect a
-conflict: a positive verdict is accepted only as a label, so "The answer is correct." alone still raises
-(the parser never guesses in the answer's favour). Words that are no verdict on the answer ("the correct
-answer is Paris", "nothing wrong with the format") count for nothing.
-
-Anything else raises :class:`JudgeParseError`: no verdict at all; a label value that is none of the
-above (``"PARTIAL"``); a double negative (``"not incorrect"``, ``"is not wrong"``, ``{"label": "NOT
-WRONG"}``), which asserts neither; or verdicts that disagree anywhere in the reply (a ``label: WRONG``
-line beside ``{"label": "CORRECT"}``, "The answer is CORRECT. ... it is INCORRECT."). The caller re-asks
-a bounded number of times, then records ``judge_error``.
+Without a label, a positive verdict in prose ("The answer is correct."), a double negative ("is not
+incorrect"), prose verdicts that disagree, or no verdict at all raise :class:`JudgeParseError`. The
+caller re-asks a bounded number of times, then records ``judge_error``.
 """
 
 from __future__ import annotations
@@ -52,11 +52,17 @@ _ERROR_EXCERPT_CHARS = 200
 _MAX_LITERAL_CHARS = 20_000
 _MARK = r"""[\s*_"'`]"""  # whitespace, markdown emphasis and quotes around words
 _VERDICT = r"(?:(?P<neg>not|never)" + _MARK + r"+)?(?P<word>incorrect|wrong|correct)"
+#: a line that holds only a verdict, after an optional short key and a colon (``label: CORRECT``)
 _LABEL_LINE = re.compile(
-    r"""^[\s>*#_\-]*["']?label["']?[\s*_]*[:=][\s*_]*["']?""" + _VERDICT + r"""["']?[\s*_.,]*$""",
+    r"""^[\s>*#_\-`"']*(?:[a-z][\w ]{0,30}?["'*_\s]*[:=][\s*_`"']*)?""" + _VERDICT + r"""[\s"'*_`.!,]*$""",
     re.IGNORECASE | re.MULTILINE,
 )
-_BARE_VERDICT = re.compile(r"""^[\s"'*_`]*""" + _VERDICT + r"""[\s"'*_`.!]*$""", re.IGNORECASE)
+#: a verdict that ends a line after a sentence break, a colon or a spaced dash (``... incomplete. WRONG``)
+_FINAL_LABEL = re.compile(
+    r"""(?:[.!?:;|)\]]|\s[-—–])[\s*_`"']*""" + _VERDICT + r"""[\s"'*_`.!]*$""", re.IGNORECASE
+)
+#: JSON keys whose verdict value is a label: label, label2, verdict, final_judgment, correctness, ...
+_LABEL_KEY = re.compile(r"(?:final[_\s-]?)?(?:label|verdict|judge?ment|grade|correctness)\w*", re.IGNORECASE)
 _INTENSIFIER = (r"(?:entirely|fully|completely|totally|quite|exactly|strictly|clearly|definitely|simply|"
                 r"actually|factually|absolutely|also|therefore|thus|hence|so)")
 #: ``is``/``was``/``are``/``'s`` (or their ``n't`` forms), then the verdict word; not before if/when/unless
@@ -116,14 +122,18 @@ def _label_value(value: Any) -> str | None:
 
 
 def _labels_in(obj: Any) -> list[str | None]:
-    """Collect the values of every ``label`` key (any case) in a decoded object, depth first."""
+    """Collect the labels of a decoded object, depth first: every ``label`` key's value (None when it is
+    no verdict) and every verdict value of another label-like key (see ``_LABEL_KEY``)."""
     found: list[str | None] = []
     if isinstance(obj, dict):
         for key, value in obj.items():
-            if isinstance(key, str) and key.strip().lower() == "label":
-                found.append(_label_value(value))
-            else:
+            name = key.strip() if isinstance(key, str) else ""
+            if isinstance(value, (dict, list)):
                 found.extend(_labels_in(value))
+            elif name.lower() == "label":
+                found.append(_label_value(value))
+            elif _LABEL_KEY.fullmatch(name) and _label_value(value) is not None:
+                found.append(_label_value(value))
     elif isinstance(obj, list):
         for item in obj:
             found.extend(_labels_in(item))
@@ -195,7 +205,7 @@ def parse_judge_label(text: str) -> str:
         >>> parse_judge_label('label: WRONG\\n{"label": "CORRECT"}')
         Traceback (most recent call last):
         ...
-        aml_ray.scoring.judge_parse.JudgeParseError: conflicting verdicts in judge reply; received ...
+        aml_ray.scoring.judge_parse.JudgeParseError: conflicting labels in judge reply; received ...
 
     Args:
         text: the judge model's reply, verbatim.
@@ -214,19 +224,25 @@ def parse_judge_label(text: str) -> str:
     reply = str(text)
 
     labels = _object_labels(reply) + [_polarity_of(m) for m in _LABEL_LINE.finditer(reply)]
-    bare = _BARE_VERDICT.match(reply)
-    if bare:
-        labels.append(_polarity_of(bare))
+    last_line = reply.strip().splitlines()[-1]
+    final = _FINAL_LABEL.search(last_line)
+    if final:
+        labels.append(_polarity_of(final))
     if None in labels:
         raise JudgeParseError("a label value is none of CORRECT, WRONG, INCORRECT, NOT CORRECT", reply)
-    prose = [_polarity_of(m) for pattern in (_PREDICATE, _LINE_VERDICT) for m in pattern.finditer(reply)]
-    found = set(labels) | set(prose)
-    if _DOUBLE_NEGATIVE in found:
+    if _DOUBLE_NEGATIVE in labels:
+        raise JudgeParseError("a double negative label (such as 'NOT WRONG') asserts no verdict", reply)
+    if len(set(labels)) > 1:
+        raise JudgeParseError("conflicting labels in judge reply", reply)
+    if labels:
+        return labels[0]
+    prose = {_polarity_of(m) for pattern in (_PREDICATE, _LINE_VERDICT) for m in pattern.finditer(reply)}
+    if _DOUBLE_NEGATIVE in prose:
         raise JudgeParseError("a double negative (such as 'not incorrect') asserts no verdict", reply)
-    if len(found) > 1:
-        raise JudgeParseError("conflicting verdicts in judge reply", reply)
-    if found == {"WRONG"} or labels:
-        return found.pop()
+    if len(prose) > 1:
+        raise JudgeParseError("conflicting verdicts in the judge's prose and no label", reply)
+    if prose == {"WRONG"}:
+        return "WRONG"
     raise JudgeParseError(
         'no label found (expected JSON {"label": "CORRECT"|"WRONG"} or a "label: ..." line; a positive verdict '
         "in prose is not a label)", reply

@@ -7,7 +7,9 @@ Source: snap-research/locomo, ``task_eval/evaluation.py`` (``normalize_answer`` 
 2. lowercase;
 3. delete every character of ``string.punctuation`` (deleted, not replaced by a space, so
    ``"brown-fox"`` becomes ``"brownfox"`` and ``"May 7, 2023."`` becomes ``"may 7 2023"``);
-4. replace the whole words ``a``, ``an``, ``the`` and ``and`` by a space;
+4. replace the whole words ``a``, ``an``, ``the`` and ``and`` by a space, with the third-party ``regex``
+   module as the official script uses it: its ``\b`` counts combining marks as word characters, so
+   ``"a"`` + U+0301 is no article (the stdlib ``re`` would remove the ``a`` and keep the bare accent);
 5. collapse runs of whitespace to one space and strip the ends.
 
 For token F1 each whitespace token of the normalised text is then Porter-stemmed with nltk's
@@ -17,12 +19,13 @@ rule-based and needs no downloaded nltk corpora.
 
 from __future__ import annotations
 
-import re
 import string
 from functools import cache, lru_cache
 
+import regex
+
 _PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES_AND = re.compile(r"\b(a|an|the|and)\b")
+_ARTICLES_AND = regex.compile(r"\b(a|an|the|and)\b")
 
 
 @cache

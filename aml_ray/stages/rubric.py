@@ -2,37 +2,43 @@
 
 Source: mohammadtavakoli78/BEAM ``evaluation.py`` (read at 5a64c992: ``evaluate_<ability>``, one judge call per
 rubric item with ``unified_llm_judge_base_prompt``, ``score += int(response['score'])`` then / number of
-items for nine abilities, ``float(...)`` for event ordering; ``event_ordering_score``) and ``src/prompts.py``
-(the 1.0 / 0.5 / 0.0 scale); DESIGN.md "Scoring contracts" (an unparsable judge reply is retried a bounded
+items for nine abilities, ``float(...)`` for event ordering; ``event_ordering_score``), ``src/prompts.py``
+(the 1.0 / 0.5 / 0.0 scale) and ``src/evaluation/report_results.py`` (``report_llms_accuracies``: the reported
+score of an ability is the mean of ``llm_judge_score``, and of ``tau_norm`` for event ordering); DESIGN.md "Scoring contracts" (an unparsable judge reply is retried a bounded
 number of times, then recorded as ``judge_error`` and kept in the denominator).
 
 Rules:
 
 - Every rubric item is judged on its own (prompt ``mode="item"``); the reply must hold a JSON
-  ``{"score": 1.0 | 0.5 | 0.0}`` (:func:`parse_rubric_score`). Upstream leaves the prompt's
-  ``<question>`` placeholder unfilled; here the question is filled in.
+  ``{"score": <number in [0, 1]>}`` (:func:`parse_rubric_score`); the prompt asks for 1.0, 0.5 or 0.0, and
+  another number in range (``0.7``) is read, as upstream reads it, then credited by the rule below.
+  Upstream leaves the prompt's ``<question>`` placeholder unfilled; here the question is filled in.
 - Item credit (:func:`item_credit`), by the credit rule of the judge prompt's protocol
   (:mod:`aml_ray.scoring.judge_protocols`):
 
   - ``upstream_int`` (the default, every prompt without a declaration, e.g. ``beam_rubric_judge``): as
-    upstream, ``int(score)`` for the nine abilities other than event ordering, so 0.5 counts 0; event
-    ordering's rubric items keep 0.5 (upstream reads them with ``float``).
+    upstream, ``int(score)`` for the nine abilities other than event ordering, so 0.5 and 0.7 count 0;
+    event ordering's rubric items keep their score (upstream reads them with ``float``).
   - ``half_credit`` (the ``beam-half-credit`` protocol, prompt ``beam_rubric_judge_half_credit``: the same
-    wording): every item counts 1 / 0.5 / 0, as the prompt's scale says.
+    wording): every item counts the highest step of the prompt's scale 1 / 0.5 / 0 that its score
+    reaches (0.7 counts 0.5).
 
-- A question's score: for event ordering (``category == "event_ordering"``), the ordering score
-  ``final`` of :func:`ordering_score` (upstream ``evaluate_event_ordering`` returns it as ``final_score``
-  beside ``llm_judge_score``, and BEAM reports it for that ability); for the nine other abilities, the
-  mean item credit. ``score_detail["rubric_mean"]`` keeps the mean item credit of every question.
+- A question's score: for event ordering (``category == "event_ordering"``), ``tau_norm`` of
+  :func:`ordering_score`, the value upstream's ``report_results.py`` averages for that ability
+  (``evaluate_event_ordering`` also returns ``final_score`` = ``tau_norm`` x F1, which the report does not
+  use; ``score_detail["ordering"]["final"]`` keeps it); for the nine other abilities, the mean item
+  credit. ``score_detail["rubric_mean"]`` keeps the mean item credit of every question.
 - Event ordering alignment: the answer is split into items (its non-blank lines; upstream splits on
   ``"\\n"`` and keeps blank lines, which only add false positives); one judge call (prompt
   ``mode="align"``) maps each answer item to the reference event it describes (the rubric items, in gold
   order) or to none, each reference used once (upstream asks YES/NO per pair and takes the first match;
   the result is the same kind of one-to-one alignment); then :func:`ordering_score`.
-- Undefined orderings: with one item in all (one reference event, answered by exactly that event)
-  upstream's ``kendalltau`` is NaN, and so is its score; here ``tau_norm`` is defined as 1.0 (one item is
-  in order) and the score is its F1, 1.0. With no answer item at all ``tau_norm`` is 0.0 (F1 is 0, so
-  the score is 0, as upstream's for a blank reply). ``score_detail["ordering"]["undefined_tau"]`` says
+- Undefined orderings (rule "one item is in order"): with one item in all (one reference event,
+  answered by exactly that event) upstream's ``kendalltau`` is NaN, and so is its ``tau_norm``, which
+  turns the whole ability's reported mean into NaN; here ``tau_norm`` is defined as 1.0 (a single event
+  cannot be out of order), so the question scores 1.0. With no answer item at all ``tau_norm`` is 0.0
+  (rule "no answer item": nothing was ordered; upstream splits a blank reply into one empty item and
+  scores it low as well). ``score_detail["ordering"]["undefined_tau"]`` says
   which rule applied.
 - An unparsable or empty reply is asked again, bypassing the reply cache, up to ``max_parse_retries``
   times. A question whose score needs a reply that stays unparsed (a rubric item of the nine abilities,
@@ -66,7 +72,7 @@ from aml_ray.stages.scorers import register_scorer
 
 #: Completion limit of one rubric-item or alignment reply.
 RUBRIC_MAX_TOKENS = 512
-#: The allowed item scores (BEAM's scale).
+#: The steps of BEAM's item scale, which the ``half_credit`` rule rounds a score down to.
 ITEM_SCORES = (0.0, 0.5, 1.0)
 #: The BEAM ability whose answers are scored for order.
 ORDERING_CATEGORY = "event_ordering"
@@ -140,17 +146,18 @@ def _values(obj: Any, key: str) -> list[Any]:
 
 
 def _item_score(value: Any) -> float | None:
+    """A score value as a number in [0, 1], or None when it is no number or out of range."""
     if isinstance(value, bool):
         return None
     try:
         number = float(value.strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError):
         return None
-    return next((s for s in ITEM_SCORES if abs(number - s) < 1e-9), None)
+    return number if 0.0 <= number <= 1.0 else None
 
 
 def parse_rubric_score(text: str | None) -> float:
-    """The score of one rubric-judge reply: 1.0, 0.5 or 0.0.
+    """The score of one rubric-judge reply, a number in [0, 1] (the prompt asks for 1.0, 0.5 or 0.0).
 
     Accepted forms: a JSON object with a ``score`` key (alone, fenced, embedded in prose, nested, in a
     list, or as a Python literal with single quotes; a numeric string value is read as a number), or a
@@ -163,6 +170,8 @@ def parse_rubric_score(text: str | None) -> float:
         1.0
         >>> parse_rubric_score("Reason: the date is missing.\\nScore: 0")
         0.0
+        >>> parse_rubric_score('{"score": 0.7}')  # off the scale, read as upstream reads it
+        0.7
 
     Args:
         text: the judge's reply, verbatim.
@@ -171,8 +180,8 @@ def parse_rubric_score(text: str | None) -> float:
         The item score.
 
     Raises:
-        RubricParseError: an empty reply, no score, a score that is not 1.0 / 0.5 / 0.0 (e.g. ``0.7``
-            or ``"high"``), or conflicting scores.
+        RubricParseError: an empty reply, no score, a score that is no number in [0, 1] (``"high"``,
+            ``true``, ``1.5``), or conflicting scores.
     """
     if text is None or not str(text).strip():
         raise RubricParseError("empty judge reply", text)
@@ -184,7 +193,7 @@ def parse_rubric_score(text: str | None) -> float:
         raise RubricParseError('no score found (expected JSON {"score": 1.0|0.5|0.0})', reply)
     scores = [_item_score(v) for v in raw]
     if None in scores:
-        raise RubricParseError("a score is not one of 1.0, 0.5, 0.0", reply)
+        raise RubricParseError("a score is not a number in [0, 1] (expected 1.0, 0.5 or 0.0)", reply)
     if len(set(scores)) > 1:
         raise RubricParseError("conflicting scores in judge reply", reply)
     return scores[0]  # type: ignore[return-value]
@@ -311,7 +320,7 @@ def ordering_score(n_reference: int, matches: Sequence[int | None]) -> dict[str,
     precision, recall, F1 from those. Over the union of items (reference events first, then unmatched
     answer items), each ordering ranks its own items ``1, 2, ...`` and ties every item it lacks at
     ``len(union) + 1``; tau-b between the two rank vectors (:func:`kendall_tau_b`) is normalised to
-    ``(tau + 1) / 2`` and ``final = tau_norm * f1``. Where tau-b is undefined (upstream's score is then
+    ``(tau + 1) / 2`` and ``final = tau_norm * f1``. Where tau-b is undefined (upstream's ``tau_norm`` is then
     NaN), ``tau_b`` is None and ``undefined_tau`` says the rule used: one item in all is in order
     (``tau_norm`` 1.0, :data:`ONE_ITEM`); an answer with no item gets ``tau_norm`` 0.0 (:data:`NO_ANSWER_ITEM`).
 
@@ -368,11 +377,13 @@ def item_credit(score: float, category: str, rule: str = "upstream_int") -> floa
     Examples:
         >>> item_credit(0.5, "information_extraction"), item_credit(0.5, "event_ordering")
         (0.0, 0.5)
-        >>> item_credit(0.5, "information_extraction", "half_credit")
-        0.5
+        >>> item_credit(0.7, "information_extraction"), item_credit(0.7, "event_ordering")
+        (0.0, 0.7)
+        >>> item_credit(0.5, "information_extraction", "half_credit"), item_credit(0.7, "x", "half_credit")
+        (0.5, 0.5)
 
     Args:
-        score: the judge's item score, 1.0, 0.5 or 0.0.
+        score: the judge's item score in [0, 1] (the prompt asks for 1.0, 0.5 or 0.0).
         category: the question's BEAM ability.
         rule: one of :data:`CREDIT_RULES`.
 
@@ -381,7 +392,9 @@ def item_credit(score: float, category: str, rule: str = "upstream_int") -> floa
     """
     if rule not in CREDIT_RULES:
         raise ValueError(f"unknown credit rule {rule!r}; expected one of {CREDIT_RULES}")
-    if rule == "upstream_int" and category != ORDERING_CATEGORY:
+    if rule == "half_credit":
+        return max(step for step in ITEM_SCORES if step <= score + 1e-9)
+    if category != ORDERING_CATEGORY:
         return float(int(score))
     return float(score)
 
@@ -519,7 +532,7 @@ def _run_score(items: list[dict[str, Any]], ordering: dict[str, Any] | None, cat
     if ordering is not None:
         if ordering["status"] != "ok":
             return None, rubric_mean, f"event ordering alignment: {ordering['error']}"
-        return ordering["final"], rubric_mean, None
+        return ordering["tau_norm"], rubric_mean, None
     if failed is not None:
         return None, None, f"rubric item {failed + 1}: {items[failed]['error']}"
     return rubric_mean, rubric_mean, None
