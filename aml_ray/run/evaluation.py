@@ -626,7 +626,8 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
         previous = json.loads(run_dir.run_json.read_text())
         if previous.get("status") == "completed":
             raise ValueError(f"run {previous['run_id']} in {run_dir.root} is already completed; nothing to resume")
-        if previous.get("status") == "running" and process_alive(previous.get("process")):
+        if previous.get("status") == "running" and previous.get("process") != this_process() \
+                and process_alive(previous.get("process")):
             raise ValueError(f"run {previous['run_id']} in {run_dir.root} is still running (process "
                              f"{previous['process']['pid']} on {previous['process']['host']}); resume it once it ended")
         cfg.run_id = previous["run_id"]
