@@ -1,7 +1,8 @@
 """The ``aml-ray`` command line (typer + rich).
 
 ``aml-ray run`` evaluates one participant on one dataset and prints the score table;
-``aml-ray reference`` serves the reference BM25 memory system on its own.
+``aml-ray reference`` serves the reference BM25 memory system on its own; ``aml-ray explain`` says why a
+run scored what it did (failure attribution, the context-budget curve).
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ def report(
         fail(str(exc))
     console.print(f"report written to {path} ({path.stat().st_size / 1024:,.0f} KiB)")
 
+
+from aml_ray.explain.cli import explain_command  # noqa: E402
+app.command("explain")(explain_command)
 
 from aml_ray.conformance.cli import check_command  # noqa: E402
 app.command("check")(check_command)
