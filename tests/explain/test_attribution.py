@@ -1,6 +1,6 @@
 """Failure attribution (``aml-ray explain``) on real runs through Ray against planted participants.
 
-The planted dataset and participants are in :mod:`tests.explain.planted`: every question is answerable from
+The planted dataset and participants are in :mod:`tests.planted`: every question is answerable from
 its gold turn alone, so a participant that returns the gold at rank 1 yet is answered wrongly has only
 synthesis misses, and one that never returns the gold only retrieval misses.
 """
@@ -18,7 +18,7 @@ from aml_ray.config import model_endpoint_from_env
 from aml_ray.explain.attribution import CLASSES, explain_failures
 from aml_ray.explain.reanswer import RunModels
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
-from tests.explain.planted import QUESTIONS, gold_first_app, never_gold_app, write_dataset
+from tests.planted import QUESTIONS, gold_first_app, never_gold_app, write_dataset
 from tests.servers import ThreadServer
 
 OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}

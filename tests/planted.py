@@ -6,7 +6,8 @@ Answered from its gold turn alone, each question is correct with the offline ans
 - ``gold_first_app``: Search returns the question's gold turn at rank 1, then the question itself echoed
   back, which shares more words with the question and so is what the offline answerer picks (a wrong answer
   with the gold retrieved: a synthesis miss);
-- ``never_gold_app``: Search returns one memory that covers no gold turn (a retrieval miss).
+- ``never_gold_app``: Search returns one memory that covers no gold turn (a retrieval miss);
+- ``gold_only_app``: Search returns the gold turn alone (every answer correct).
 """
 
 from __future__ import annotations
@@ -65,3 +66,8 @@ def gold_first_app() -> FastAPI:
 def never_gold_app() -> FastAPI:
     """One memory that covers no gold turn."""
     return _app(lambda q: ["Nothing relevant is stored here."])
+
+
+def gold_only_app() -> FastAPI:
+    """The gold turn alone: every question answered correctly."""
+    return _app(lambda q: [_gold_turn(q)])
