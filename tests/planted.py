@@ -71,3 +71,24 @@ def never_gold_app() -> FastAPI:
 def gold_only_app() -> FastAPI:
     """The gold turn alone: every question answered correctly."""
     return _app(lambda q: [_gold_turn(q)])
+
+
+def evaluate_planted(out: Path, data: Path, add_url: str, search_url: str, label: str) -> Path:
+    """One run of the planted dataset ``data`` against the participant at these URLs, offline answerer and
+    judge, into ``out`` (needs Ray: the ``ray_session`` fixture)."""
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.evaluation import EvaluationConfig, evaluate
+
+    evaluate(EvaluationConfig(dataset="locomo", participant=ParticipantSpec(add_url=add_url, search_url=search_url),
+                              out_dir=out, data_path=data, allow_hash_mismatch=True, participant_label=label,
+                              answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {})))
+    return out
+
+
+def planted_run(tmp: Path, data: Path, api: FastAPI, label: str) -> Path:
+    """:func:`evaluate_planted` against ``api`` served on loopback, into ``tmp / label``."""
+    from tests.servers import ThreadServer
+
+    with ThreadServer(api) as server:
+        return evaluate_planted(tmp / label, data, f"{server.base_url}/add", f"{server.base_url}/search", label)

@@ -8,17 +8,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.cli import app
-from aml_ray.config import model_endpoint_from_env
 from aml_ray.datasets.registry import get_dataset
 from aml_ray.errata import apply_errata, load_errata, shipped
-from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.suite import path_sha256
-from tests.planted import gold_only_app, write_dataset
-from tests.servers import ThreadServer
-
-OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+from tests.planted import gold_only_app, planted_run, write_dataset
 OFFLINE_ENV = {"ANSWER_API_BASE": "", "JUDGE_API_BASE": "", "AML_DATASETS_DIR": ""}
 SOURCE = "https://github.com/snap-research/locomo/issues/1"
 
@@ -73,11 +67,7 @@ def correct_run(tmp_path_factory, ray_session):
     """The planted dataset against a participant that returns each gold turn: all 3 answers correct."""
     tmp = tmp_path_factory.mktemp("errata")
     data = write_dataset(tmp)
-    with ThreadServer(gold_only_app()) as server:
-        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
-        evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "run", data_path=data,
-                                  allow_hash_mismatch=True, participant_label="gold-only", **OFFLINE))
-    return tmp / "run"
+    return planted_run(tmp, data, gold_only_app(), "run")
 
 
 def test_one_corrected_label_flips_exactly_that_question_and_compare_shows_it(correct_run, tmp_path):

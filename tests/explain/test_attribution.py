@@ -12,24 +12,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.cli import app
 from aml_ray.config import model_endpoint_from_env
 from aml_ray.explain.attribution import CLASSES, explain_failures
 from aml_ray.explain.reanswer import RunModels
-from aml_ray.run.evaluation import EvaluationConfig, evaluate
-from tests.planted import QUESTIONS, gold_first_app, never_gold_app, write_dataset
-from tests.servers import ThreadServer
-
-OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
-
-
-def _run(tmp, data, api, name):
-    with ThreadServer(api) as server:
-        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
-        evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / name, data_path=data,
-                                  allow_hash_mismatch=True, participant_label=name, **OFFLINE))
-    return tmp / name
+from tests.planted import QUESTIONS, gold_first_app, never_gold_app, planted_run, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +24,7 @@ def planted_runs(tmp_path_factory, ray_session):
     """``(gold_first_dir, never_gold_dir)``: the planted dataset against each planted participant."""
     tmp = tmp_path_factory.mktemp("attribution")
     data = write_dataset(tmp)
-    return _run(tmp, data, gold_first_app(), "gold-first"), _run(tmp, data, never_gold_app(), "never-gold")
+    return planted_run(tmp, data, gold_first_app(), "gold-first"), planted_run(tmp, data, never_gold_app(), "never-gold")
 
 
 def test_gold_at_rank_one_answered_wrong_is_all_synthesis_misses(planted_runs):

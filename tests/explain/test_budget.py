@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from aml_ray.actors.participant import ParticipantSpec
-from aml_ray.config import model_endpoint_from_env
 from aml_ray.explain.budget import budget_curve, monotone_within_intervals
-from aml_ray.run.evaluation import EvaluationConfig, evaluate
-from tests.planted import gold_only_app, write_dataset
-from tests.servers import ThreadServer
-
-OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+from tests.planted import gold_only_app, planted_run, write_dataset
 
 
 @pytest.fixture(scope="module")
 def gold_only_run(tmp_path_factory, ray_session):
     tmp = tmp_path_factory.mktemp("budget")
     data = write_dataset(tmp)
-    with ThreadServer(gold_only_app()) as server:
-        spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
-        evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "run", data_path=data,
-                                  allow_hash_mismatch=True, participant_label="gold-only", **OFFLINE))
-    return tmp / "run"
+    return planted_run(tmp, data, gold_only_app(), "gold-only")
 
 
 def test_a_budget_too_small_for_the_gold_loses_every_answer(gold_only_run):

@@ -9,23 +9,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.cli import app
-from aml_ray.config import model_endpoint_from_env
 from aml_ray.reference.server import ReferenceServer
-from aml_ray.run.evaluation import EvaluationConfig, evaluate
-from tests.planted import gold_only_app, never_gold_app, write_dataset
-from tests.servers import ThreadServer
-
-OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
+from tests.planted import evaluate_planted, gold_only_app, never_gold_app, planted_run, write_dataset
 OFFLINE_ENV = {"ANSWER_API_BASE": "", "JUDGE_API_BASE": "", "AML_DATASETS_DIR": ""}
-
-
-def _evaluate(tmp, data, name, add_url, search_url):
-    evaluate(EvaluationConfig(dataset="locomo", participant=ParticipantSpec(add_url=add_url, search_url=search_url),
-                              out_dir=tmp / name, data_path=data, allow_hash_mismatch=True, participant_label=name,
-                              **OFFLINE))
-    return tmp / name
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +21,11 @@ def runs(tmp_path_factory, ray_session):
     data = write_dataset(tmp)
     out = {}
     for name, api in (("gold-only", gold_only_app()), ("never-gold", never_gold_app())):
-        with ThreadServer(api) as s:
-            out[name] = _evaluate(tmp, data, name, f"{s.base_url}/add", f"{s.base_url}/search")
+        out[name] = planted_run(tmp, data, api, name)
     for baseline in ("none", "oracle"):
         options = {"baseline": baseline, "dataset": "locomo", "data": str(data)}
         with ReferenceServer(tmp / f"ref-{baseline}", baseline=options) as ref:
-            out[baseline] = _evaluate(tmp, data, f"reference:{baseline}", ref.add_url, ref.search_url)
+            out[baseline] = evaluate_planted(tmp / baseline, data, ref.add_url, ref.search_url, f"reference:{baseline}")
     return out
 
 
