@@ -1,7 +1,8 @@
 """The ``aml-ray`` command line (typer + rich).
 
 ``aml-ray run`` evaluates one participant on one dataset and prints the score table;
-``aml-ray reference`` serves the reference BM25 memory system on its own.
+``aml-ray reference`` serves the reference BM25 memory system on its own; ``aml-ray explain`` says why a
+run scored what it did (failure attribution, the context-budget curve).
 """
 
 from __future__ import annotations
@@ -91,15 +92,20 @@ def rejudge(
     label: Annotated[Optional[str], typer.Option(help="Folder name under RUN_DIR/rejudge/.")] = None,
     judge_prompt: Annotated[Optional[str], typer.Option(help="Judge prompt override (name, path or URL).")] = None,
     judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
+    errata: Annotated[Optional[Path], typer.Option(help="An errata file of the run's bundle (corrected gold answers "
+                                                   "or excluded questions, aml_ray/errata/ ships locomo.json), applied "
+                                                   "first and recorded.")] = None,
 ) -> None:
-    """Re-score a finished run with the judge configured now (JUDGE_* variables); answers are reused."""
+    """Re-score a finished run with the judge configured now (JUDGE_* variables); answers are reused.
+    'aml-ray compare RUN_DIR RUN_DIR/rejudge/LABEL' shows what it changed."""
     from aml_ray.cli_tables import render_table
     from aml_ray.config import model_endpoint_from_env
     from aml_ray.run.rejudge import rejudge as do_rejudge
 
     try:
         judge = model_endpoint_from_env("judge")
-        result = do_rejudge(run_dir, judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256)
+        result = do_rejudge(run_dir, judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256,
+                            errata=errata)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(render_table(result.table, offline=judge.offline, title=f"re-judged by {judge.model}"))
@@ -185,6 +191,9 @@ def report(
         fail(str(exc))
     console.print(f"report written to {path} ({path.stat().st_size / 1024:,.0f} KiB)")
 
+
+from aml_ray.explain.cli import explain_command  # noqa: E402
+app.command("explain")(explain_command)
 
 from aml_ray.conformance.cli import check_command  # noqa: E402
 app.command("check")(check_command)

@@ -123,8 +123,10 @@ class CommandGroup(TyperGroup):
 def participant_spec(participant: str, add_url, search_url, auth: str, secret_env: str | None,
                      max_in_flight: int, rps: float | None):
     """The participant options, checked before anything is created: ``(label, spec)``, with spec None for
-    ``reference:bm25`` (its URLs exist once it runs). Exits 2 naming the option that is wrong."""
+    a reference system, ``reference:bm25`` or a baseline (:data:`aml_ray.reference.baselines.REFERENCE_SYSTEMS`;
+    its URLs exist once it runs). Exits 2 naming the option that is wrong."""
     from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.reference.baselines import REFERENCE_SYSTEMS
 
     secret = None
     if secret_env:
@@ -134,9 +136,10 @@ def participant_spec(participant: str, add_url, search_url, auth: str, secret_en
                   "the Memory System Key")
         secret = SecretStr(value)
     if participant.startswith(REFERENCE_PREFIX):
-        if participant[len(REFERENCE_PREFIX):] != "bm25":
-            fail(f"--participant {participant!r}: the only reference system is 'reference:bm25'")
-        return "reference:bm25", None
+        if participant[len(REFERENCE_PREFIX):] not in REFERENCE_SYSTEMS:
+            fail(f"--participant {participant!r}: the reference systems are "
+                 f"{', '.join(REFERENCE_PREFIX + n for n in REFERENCE_SYSTEMS)}")
+        return participant, None
     base = participant.rstrip("/")
     try:
         spec = ParticipantSpec(add_url=add_url or f"{base}/add", search_url=search_url or f"{base}/search",
@@ -149,9 +152,10 @@ def participant_spec(participant: str, add_url, search_url, auth: str, secret_en
 
 @contextlib.contextmanager
 def open_participant(participant: str, add_url, search_url, auth: str, secret_env: str | None, workdir: Path,
-                 max_in_flight: int, rps: float | None, multimodal: bool = False):
+                 max_in_flight: int, rps: float | None, multimodal: bool = False, baseline: dict | None = None):
     """The participant to evaluate; ``reference:bm25`` starts the reference system (accepting content
-    parts when ``multimodal``: the run's track is the Multimodal one).
+    parts when ``multimodal``: the run's track is the Multimodal one), ``reference:<baseline>`` the reference
+    server serving that baseline with ``baseline``'s options (:class:`~aml_ray.reference.server.ReferenceServer`).
 
     Raises:
         typer.Exit: :data:`EXIT_RUN_FAILED` when the reference system does not start (one line naming its
@@ -165,7 +169,9 @@ def open_participant(participant: str, add_url, search_url, auth: str, secret_en
         return
     from aml_ray.reference.server import ReferenceServer, ReferenceStartError
 
-    server = ReferenceServer(workdir / "reference", multimodal=multimodal)
+    name = label[len(REFERENCE_PREFIX):]
+    server = ReferenceServer(workdir / "reference", multimodal=multimodal,
+                             baseline=None if name == "bm25" else {**(baseline or {}), "baseline": name})
     try:
         server.start()
     except ReferenceStartError as exc:

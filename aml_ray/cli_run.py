@@ -241,9 +241,12 @@ def run_suite(opts: RunOptions, answer, judge) -> None:
         multimodal = load_suite(opts.suite).track == "multimodal"
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
+    if opts.participant == "reference:oracle":
+        fail("--participant reference:oracle answers one dataset's questions: run it with --dataset, not --suite")
     opts.out.mkdir(parents=True, exist_ok=True)
     with open_participant(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.out,
-                          opts.max_in_flight, opts.rps, multimodal=multimodal) as (label, spec):
+                          opts.max_in_flight, opts.rps, multimodal=multimodal,
+                          baseline={"context_budget": opts.context_budget, "answer_model": answer.model}) as (label, spec):
         try:
             result = run_each_bundle(
                 opts.suite, participant=spec, participant_label=label, answer=answer, judge=judge, out=opts.out,
@@ -269,9 +272,13 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     from aml_ray.run.provenance import start_code_provenance
     from aml_ray.run.ray_runtime import leave_cluster_to_exit
 
+    from aml_ray.reference.baselines import baseline_options
+
     opts.out.mkdir(parents=True, exist_ok=True)
     with open_participant(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.out,
-                          opts.max_in_flight, opts.rps, multimodal=declared.track == "multimodal") as (label, spec):
+                          opts.max_in_flight, opts.rps, multimodal=declared.track == "multimodal",
+                          baseline=baseline_options(opts.participant, declared, opts.data, opts.context_budget,
+                                                    answer.model, opts.allow_hash_mismatch)) as (label, spec):
         # every option and the dataset are checked (execute): the pre-flight's round trips go beside the
         # evaluation's imports below and the run's preparation (issue 29, the fixed cost)
         preflight = start_preflight(spec, run_id=opts.run_id, dataset=declared.name, top_k=opts.top_k)

@@ -12,6 +12,9 @@ Each run after the first is compared with the first (the base), question by ques
   ``dataset.scorable_questions``, :data:`SIZE_ENTRIES`) must be equal too: 10 samples against 2 (another
   ``--limit-samples``) is refused with both sizes named, unless ``allow_different_size`` (``aml-ray compare
   --allow-different-size``); then the result says ``different_size`` and the table's title marks it.
+- **Re-judged runs.** ``RUN_DIR/rejudge/<label>`` (``aml-ray rejudge``) compares as its source run re-scored
+  (:func:`load_rejudged`): ``aml-ray compare RUN_DIR RUN_DIR/rejudge/<label>`` shows what another judge or an
+  errata file (:mod:`aml_ray.errata`) changed; a question the errata exclude is left out as ``only_in_base``.
 - **Matching.** Questions are matched on ``(sample_id, question_id)``, excluded questions left out. Only
   matched questions are compared; those in one run only are counted (``only_in_base`` /
   ``only_in_other``), e.g. when one run ended partial or runs of different sizes were allowed.
@@ -95,8 +98,10 @@ class LoadedRun:
         return f"{label} ({self.info.get('run_id', self.root.name)})"
 
     def describe(self) -> dict[str, Any]:
+        """The run as the comparison names it (a re-judged run with errata says which)."""
         return {"run_dir": str(self.root), "run_id": self.info.get("run_id"), "label": self.name,
-                "participant": self.info.get("participant", {}).get("label"), "status": self.info.get("status")}
+                "participant": self.info.get("participant", {}).get("label"), "status": self.info.get("status"),
+                **({"errata": self.info["errata"]} if self.info.get("errata") else {})}
 
 
 def load_run(path: Path) -> LoadedRun:
@@ -108,6 +113,8 @@ def load_run(path: Path) -> LoadedRun:
         aml_ray.run.evidence.EvidenceError: a damaged evidence file.
     """
     path = Path(path)
+    if (path / "rejudge.json").is_file() and not (path / "run.json").is_file():
+        return load_rejudged(path)
     run_json = path / "run.json"
     if not run_json.is_file():
         raise FileNotFoundError(f"{path}: no run.json there; pass a run directory made by 'aml-ray run'")
@@ -117,10 +124,13 @@ def load_run(path: Path) -> LoadedRun:
         raise ValueError(f"{run_json} is damaged: {exc}") from None
     if info.get("retrieval_only"):
         raise ValueError(f"{path}: a retrieval-only run has no answers or verdicts to compare")
-    rows = read_questions(RunDir(path), columns=QUESTION_COLUMNS)
-    questions = (with_credit(rows).filter(~pl.col("excluded"))
-                 .select("sample_id", "question_id", pl.col("category").cast(pl.String), "credit"))
-    return LoadedRun(root=path, info=info, questions=questions)
+    return LoadedRun(root=path, info=info, questions=_credits(read_questions(RunDir(path), columns=QUESTION_COLUMNS)))
+
+
+def _credits(rows: pl.DataFrame) -> pl.DataFrame:
+    """:data:`QUESTION_COLUMNS` rows -> the non-excluded ones' ``sample_id, question_id, category, credit``."""
+    return (with_credit(rows).filter(~pl.col("excluded"))
+            .select("sample_id", "question_id", pl.col("category").cast(pl.String), "credit"))
 
 
 def _entry(info: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -230,6 +240,33 @@ def _row(category: str, base: np.ndarray, other: np.ndarray, *, resamples: int, 
 def _category_order(categories: list[str]) -> list[str]:
     numbered = sorted((c for c in categories if c.lstrip("-").isdigit()), key=int)
     return numbered + sorted(c for c in categories if not c.lstrip("-").isdigit())
+
+
+def load_rejudged(path: Path) -> LoadedRun:
+    """A re-judged run (``RUN_DIR/rejudge/<label>``, :mod:`aml_ray.run.rejudge`) read for comparison: its source
+    run's run.json with the re-judge's judge model and the errata it applied (``errata``; the label says its
+    version), and its own question rows.
+
+    Raises:
+        FileNotFoundError: the source run's run.json is gone.
+        ValueError: rejudge.json is damaged.
+    """
+    source = path.parent.parent
+    if not (source / "run.json").is_file():
+        raise FileNotFoundError(f"{path}: a re-judged run, but its source run's run.json ({source}) is gone")
+    try:
+        done = json.loads((path / "rejudge.json").read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path / 'rejudge.json'} is damaged: {exc}") from None
+    info = json.loads((source / "run.json").read_text())
+    errata = done.get("errata")
+    label = (info.get("run_label") or info.get("participant", {}).get("label") or "run") + f", re-judged {path.name}"
+    if errata:
+        label += f" with errata {errata['bundle']} {errata['version']}"
+    info = {**info, "run_label": label, "models": {**info.get("models", {}), "judge": done["judge"]},
+            **({"errata": errata} if errata else {})}
+    return LoadedRun(root=path, info=info,
+                     questions=_credits(pl.read_parquet(path / "questions.parquet", columns=list(QUESTION_COLUMNS))))
 
 
 def compare_pair(base: LoadedRun, other: LoadedRun, *, resamples: int = RESAMPLES, seed: int = SEED,

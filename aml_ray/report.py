@@ -11,7 +11,9 @@ runs overlaid, one colour each):
 - Add latency (``latency_ms`` of the Adds whose status is ``ok``) and Search latency (``search_latency_ms``
   of the questions whose Search succeeded), in milliseconds: histograms, log-spaced bins when the values
   span more than two decades, the median as a dashed line;
-- context tokens: the tokens of the answer context per non-excluded question (``context_tokens``).
+- context tokens: the tokens of the answer context per non-excluded question (``context_tokens``);
+- what ``aml-ray explain`` found, where it was run (:mod:`aml_ray.explain.figures`): the reference baselines
+  beside each score, the failure attribution bar and the accuracy-vs-context-budget curve per dataset.
 
 A suite run directory (``suite.json``, no ``run.json``) stands for each of its bundles that ran.
 """
@@ -139,7 +141,8 @@ def _values(series: pl.Series) -> np.ndarray:
 # --- figures -------------------------------------------------------------------------------------------------
 
 
-def _figure(width_in: float, height_in: float):
+def new_figure(width_in: float, height_in: float):
+    """A figure of the report's style (constrained layout, light y grid, no top or right spine): ``(fig, ax)``."""
     from matplotlib.figure import Figure  # the object API on the Agg canvas: no pyplot, no global backend
 
     fig = Figure(figsize=(width_in, height_in), dpi=DPI, layout="constrained")
@@ -150,7 +153,7 @@ def _figure(width_in: float, height_in: float):
     return fig, ax
 
 
-def _png(fig) -> str:
+def png_of(fig) -> str:
     """The figure as a base64 PNG (for a ``data:image/png;base64,`` URI)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
@@ -189,7 +192,7 @@ def accuracy_figure(runs: list[RunData]) -> str | None:
     keys = [k for k in keys if any(_accuracy(r, k) is not None for r in scored)]  # not all-excluded categories
     names = {k: v for r in scored for k, v in r.category_names.items()}
     labels = [(f"{d} · " if several else "") + _category_label(c, names) for d, c in keys]
-    fig, ax = _figure(9.0, 3.0)
+    fig, ax = new_figure(9.0, 3.0)
     width = 0.8 / len(scored)
     x = np.arange(len(keys))
     for i, r in enumerate(scored):
@@ -206,7 +209,7 @@ def accuracy_figure(runs: list[RunData]) -> str | None:
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.legend(frameon=False, fontsize="small", loc="upper left", ncols=min(len(scored), 3))
-    return _png(fig)
+    return png_of(fig)
 
 
 def histogram_figure(runs: list[RunData], attribute: str, xlabel: str, unit: str) -> str:
@@ -216,13 +219,13 @@ def histogram_figure(runs: list[RunData], attribute: str, xlabel: str, unit: str
     Returns:
         A base64 PNG (a figure that says "no data" when no run has a value).
     """
-    fig, ax = _figure(3.3, 2.6)
+    fig, ax = new_figure(3.3, 2.6)
     arrays = [getattr(r, attribute) for r in runs]
     values = np.concatenate([a for a in arrays if a.size]) if any(a.size for a in arrays) else np.array([])
     if values.size == 0:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="#777777")
         ax.set_xlabel(xlabel)
-        return _png(fig)
+        return png_of(fig)
     positive = values[values > 0]
     log = positive.size == values.size and values.max() / values.min() > LOG_SPAN
     if log:
@@ -242,7 +245,7 @@ def histogram_figure(runs: list[RunData], attribute: str, xlabel: str, unit: str
     ax.set_xlabel(xlabel)
     ax.set_ylabel("count")
     ax.legend(frameon=False, fontsize="small", loc="best")  # colours: the runs table's swatches
-    return _png(fig)
+    return png_of(fig)
 
 
 # --- the page ------------------------------------------------------------------------------------------------
@@ -323,10 +326,15 @@ def render_report(runs: list[RunData], *, title: str = "aml-ray report") -> str:
          "caption": "Tokens of the answer context per question (the memories Search returned, cut to the "
                     "context budget); dashed: the median."},
     ]
+    from aml_ray.explain.figures import attribution_figure, baseline_rows, budget_figures
+
+    attribution = attribution_figure(runs)
+    figures += [*([attribution] if attribution else []), *budget_figures(runs)]
     env = jinja2.Environment(loader=jinja2.PackageLoader("aml_ray", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("report.html.j2").render(
         title=title, runs=[_summary(r) for r in runs], figures=figures, categories=_category_rows(runs),
+        baselines=baseline_rows(runs),
         generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=aml_ray.__version__,
         resamples=RESAMPLES, seed=SEED, offline=any(r.info.get("offline_models") for r in runs))
 

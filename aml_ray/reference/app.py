@@ -11,7 +11,6 @@ the part index); text parts are indexed by BM25, images are kept by hash and ret
 from __future__ import annotations
 
 import hmac
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,12 @@ from pydantic import ValidationError
 
 from aml_ray.contract import AddRequest, AddResponseModel, SearchRequest, SearchResponseModel
 from aml_ray.media import MediaLimits, media_context, text_of
+from aml_ray.reference.baselines import Searcher, iso_utc as _iso_utc
 from aml_ray.reference.bm25_index import BM25Index
 from aml_ray.reference.store import Memory, MemoryStore, RequestConflict
 
 #: Accepted values of ``auth`` (``None`` or ``"none"`` disables authentication).
 AUTH_SCHEMES = ("Token", "Bearer", "X-Api-Key")
-
-
-def _iso_utc(ms: int) -> str | None:
-    try:
-        dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    except (OverflowError, OSError, ValueError):
-        return None
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _created_at(m: Memory) -> str | None:
@@ -79,7 +71,7 @@ def _auth_dependency(auth: str | None, secret: str | None):
 
 
 def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = None,
-               media: MediaLimits | None = None) -> FastAPI:
+               media: MediaLimits | None = None, search: Searcher | None = None) -> FastAPI:
     """Create the reference memory system app.
 
     Args:
@@ -87,6 +79,8 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
         auth: ``"Token"``, ``"Bearer"``, ``"X-Api-Key"``, or None / ``"none"`` for no authentication.
         secret: the expected secret; required when ``auth`` is set.
         media: accept content parts under these limits (Multimodal); None accepts strings only.
+        search: a baseline's Search (:func:`aml_ray.reference.baselines.searcher`) instead of BM25; Adds are
+            stored the same way.
 
     Returns:
         The FastAPI application. Its store and index are on ``app.state.store`` / ``app.state.index``.
@@ -95,6 +89,7 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
         ValueError: unknown ``auth`` scheme, or a scheme without a secret.
     """
     check_auth = _auth_dependency(auth, secret)
+    baseline_search = search  # the route functions below are named search
     store = MemoryStore(db_path)
     index = BM25Index(store.memories)
     app = FastAPI(title="aml-ray reference memory (BM25)", version="1")
@@ -137,6 +132,8 @@ def create_app(db_path: Path, *, auth: str | None = None, secret: str | None = N
                 "session_id": body.session_id}
 
     def do_search(body: SearchRequest) -> dict[str, Any]:
+        if baseline_search is not None:
+            return {"data": baseline_search(store, body)}
         hits = index.search(body.user_id, text_of(body.query), body.top_k)
         return {"data": [{"id": h.memory.id, "content": store.content_parts(h.memory), "score": h.score,
                           "created_at": _created_at(h.memory)} for h in hits]}

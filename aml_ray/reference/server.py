@@ -97,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default=None,
                    help="inject faults (chaos participant), e.g. '429=0.05,503=0.05,drop=0.02,seed=1'; "
                         "see aml_ray.reference.chaos")
+    p.add_argument("--baseline", default=None, choices=["none", "full-context", "oracle"],
+                   help="serve a reference baseline's Search instead of BM25 (aml_ray.reference.baselines)")
+    p.add_argument("--dataset", default=None, help="--baseline oracle: the dataset name (e.g. locomo)")
+    p.add_argument("--data", type=Path, default=None, help="--baseline oracle: the dataset file or directory")
+    p.add_argument("--context-budget", type=int, default=None,
+                   help="--baseline full-context: the run's context budget in tokens")
+    p.add_argument("--answer-model", default=None,
+                   help="--baseline full-context: the answer model whose tokenizer counts the budget")
     p.add_argument("--parent-pid", type=int, default=None,
                    help="exit once process PID is no longer this server's parent (its driver died); "
                         f"checked every {PARENT_POLL_S} s")
@@ -199,6 +207,27 @@ def serve_on(app, host: str, port: int, log_level: str = "warning") -> None:
         sock.close()
 
 
+def baseline_search(args: argparse.Namespace):
+    """The Search of ``--baseline`` (None for BM25): the oracle reads ``--dataset`` from ``--data``.
+
+    Raises:
+        ValueError: a baseline without the options it needs, or an unknown or malformed dataset.
+        OSError: the dataset file cannot be read.
+    """
+    if args.baseline is None:
+        return None
+    from aml_ray.reference.baselines import searcher
+
+    samples = None
+    if args.baseline == "oracle":
+        if not args.dataset or args.data is None:
+            raise ValueError("the oracle needs --dataset NAME and --data FILE")
+        from aml_ray.datasets.registry import get_dataset
+
+        samples = get_dataset(args.dataset).read(args.data)
+    return searcher(args.baseline, samples=samples, budget_tokens=args.context_budget, model=args.answer_model)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until interrupted.
 
@@ -224,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         from aml_ray.media import MediaLimits
 
         media = MediaLimits()
-    app = create_app(args.db, auth=auth, secret=secret, media=media)
+    try:
+        search = baseline_search(args)
+    except (OSError, ValueError) as exc:
+        print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(args.db, auth=auth, secret=secret, media=media, search=search)
     served = app
     if args.faults:
         from aml_ray.reference.chaos import ChaosMiddleware, FaultPlan
@@ -261,11 +295,15 @@ class ReferenceServer:
         db_path: database file, overriding ``directory / "reference.sqlite3"``.
         faults: a fault spec (:mod:`aml_ray.reference.chaos`) to run it as the chaos participant.
         multimodal: accept content parts (``--multimodal``).
+        baseline: ``{"baseline": NAME, ...}``: serve that reference baseline
+            (:mod:`aml_ray.reference.baselines`) with its options (``dataset``, ``data``, ``context_budget``,
+            ``answer_model``: the command line's ``--dataset``...); None for BM25.
     """
 
     def __init__(self, directory: Path, *, auth: str | None = None, secret: str | None = None,
                  host: str = "127.0.0.1", startup_timeout: float = STARTUP_TIMEOUT_S, db_path: Path | None = None,
-                 faults: str | None = None, multimodal: bool = False):
+                 faults: str | None = None, multimodal: bool = False, baseline: dict | None = None):
+        self.baseline = dict(baseline or {})
         self.faults = faults
         self.multimodal = multimodal
         self.directory = Path(directory)
@@ -352,6 +390,9 @@ class ReferenceServer:
             cmd += ["--faults", self.faults]
         if self.multimodal:
             cmd.append("--multimodal")
+        for key, value in self.baseline.items():
+            if value is not None:
+                cmd += [f"--{key.replace('_', '-')}", str(value)]
         cmd += ["--parent-pid", str(os.getpid())]
         if threading.current_thread() is threading.main_thread():
             cmd.append("--pdeathsig")  # prctl(2) follows the starting thread: see the module docstring

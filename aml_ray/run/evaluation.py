@@ -167,6 +167,7 @@ def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
     std = (sum((a - mean) ** 2 for a in per_run) / (len(per_run) - 1)) ** 0.5 if len(per_run) > 1 else 0.0
     return {
         "context_tokens": {"mean": float(ctx.mean()) if ctx.len() else None,
+                           "p95": float(ctx.quantile(0.95, "linear")) if ctx.len() else None,
                            "max": int(ctx.max()) if ctx.len() else None,
                            "questions_cut": int((scored["memories_cut"].fill_null(0) > 0).sum())},
         "tokens": {"prompt": int(scored["prompt_tokens"].fill_null(0).sum()),

@@ -3,7 +3,7 @@
 ``aml-ray rejudge RUN_DIR`` reads the run's question evidence, judges every answered question again with
 the judge configured now (``JUDGE_*`` variables, or the offline lexical judge), and writes a new folder
 ``RUN_DIR/rejudge/<label>/`` holding ``questions.parquet``, ``results.json`` and ``rejudge.json``
-(judge model, prompt hash, source run). Answers are never regenerated, so the answer model is not paid
+(judge model, prompt hash, source run, and the errata applied with ``--errata``). Answers are never regenerated, so the answer model is not paid
 again; the judge's own replies are cached by (model, prompt hash, input hash).
 """
 
@@ -38,7 +38,7 @@ class RejudgeResult:
 
 
 def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, prompt: str | None = None,
-            prompt_sha256: str | None = None, batch_size: int = 64) -> RejudgeResult:
+            prompt_sha256: str | None = None, batch_size: int = 64, errata: Path | None = None) -> RejudgeResult:
     """Judge a finished run's answers again.
 
     Args:
@@ -47,9 +47,12 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
         label: folder name under ``rejudge/`` (default: a UTC timestamp).
         prompt / prompt_sha256: judge prompt override (default: the dataset's).
         batch_size: questions per concurrent batch.
+        errata: an errata file (:mod:`aml_ray.errata`) applied to the gold answers first; its bundle, version,
+            sha256 and what it changed are recorded in rejudge.json and results.json.
 
     Raises:
-        FileNotFoundError: no run.json; ValueError: the run did not complete, or the label exists.
+        FileNotFoundError: no run.json, or no errata file; ValueError: the run did not complete, the label
+            exists, or the errata are bad or another bundle's.
     """
     run_dir = RunDir(run_root)
     if not run_dir.run_json.is_file():
@@ -66,6 +69,13 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
         raise ValueError(f"{out} exists: choose another --label")
     scorer = get_scorer(spec.scorer)
     rows = read_questions(run_dir).to_dicts()
+    applied = None
+    if errata is not None:
+        from aml_ray.errata import apply_errata, load_errata
+
+        loaded = load_errata(errata)
+        applied = {**loaded.describe(), **apply_errata(rows, loaded, dataset=spec.name,
+                                                       dataset_sha256=info["dataset"].get("sha256"))}
     for r in rows:
         if not r["excluded"]:
             r.update({c: None for c in JUDGE_COLUMNS})
@@ -86,7 +96,8 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
     write_parquet_atomic(to_table(rows, QUESTION_SCHEMA), out / "questions.parquet")
     write_json_atomic({"source_run_id": info["run_id"], "judge": judge.describe(),
                        "judge_prompt": {"name": judge_prompt.name, "sha256": judge_prompt.sha256},
+                       **({"errata": applied} if applied else {}),
                        "finished_at": datetime.now(timezone.utc).isoformat()}, out / "rejudge.json")
-    write_json_atomic({"run_id": info["run_id"], "judge": judge.describe(), "table": table.to_dicts()},
-                      out / "results.json")
+    write_json_atomic({"run_id": info["run_id"], "judge": judge.describe(), **({"errata": applied} if applied else {}),
+                       "table": table.to_dicts()}, out / "results.json")
     return RejudgeResult(out_dir=out, table=table)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from aml_ray.contract import Message
 from aml_ray.datasets.base import Sample, turn_ids
 from aml_ray.scoring.bootstrap import mean_cis
 
@@ -82,30 +83,44 @@ def _turn(content: Any) -> Turn:
     return Turn(text, content_words(text))
 
 
-def resolve_units(sample: Sample) -> dict[str, tuple[list[list[Turn]], int]]:
-    """Each question of ``sample`` -> ``(its evidence units, how many of its ids did not resolve)``.
+def evidence_messages(sample: Sample) -> dict[str, tuple[list[list[tuple[str, Message]]], int]]:
+    """Each question of ``sample`` -> ``(its evidence units as source messages, how many ids did not resolve)``.
+
+    A unit is a list of ``(turn id, message)`` in source order: one turn for a turn id, every turn of the
+    session for a session key (module docstring). An id listed twice is one unit.
 
     Raises:
         Nothing: an id that names no turn or session is counted as unresolved.
     """
-    by_turn: dict[str, Any] = {}
-    by_session: dict[str, list[Any]] = {}
+    by_turn: dict[str, tuple[str, Message]] = {}
+    by_session: dict[str, list[tuple[str, Message]]] = {}
     for session in sample.sessions:
-        contents = [m.content for m in session.messages]
-        by_session[session.key] = contents
-        by_turn.update(zip(turn_ids(session), contents))
-    out: dict[str, tuple[list[list[Turn]], int]] = {}
+        turns = list(zip(turn_ids(session), session.messages))
+        by_session[session.key] = turns
+        by_turn.update((tid, (tid, m)) for tid, m in turns)
+    out: dict[str, tuple[list[list[tuple[str, Message]]], int]] = {}
     for q in sample.questions:
         units, unresolved = [], 0
-        for eid in dict.fromkeys(q.evidence):  # an id listed twice is one unit
+        for eid in dict.fromkeys(q.evidence):
             if eid in by_turn:
-                units.append([_turn(by_turn[eid])])
+                units.append([by_turn[eid]])
             elif eid in by_session:
-                units.append([_turn(c) for c in by_session[eid]])
+                units.append(by_session[eid])
             else:
                 unresolved += 1
         out[q.question_id] = (units, unresolved)
     return out
+
+
+def resolve_units(sample: Sample) -> dict[str, tuple[list[list[Turn]], int]]:
+    """Each question of ``sample`` -> ``(its evidence units, how many of its ids did not resolve)``
+    (:func:`evidence_messages`, each turn normalised for matching).
+
+    Raises:
+        Nothing: an id that names no turn or session is counted as unresolved.
+    """
+    return {qid: ([[_turn(m.content) for _, m in unit] for unit in units], unresolved)
+            for qid, (units, unresolved) in evidence_messages(sample).items()}
 
 
 class _Matcher:
