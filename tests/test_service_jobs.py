@@ -396,11 +396,18 @@ def test_a_standby_nobody_pings_exits_by_itself(tmp_path):
 
     settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}", runs_dir=tmp_path / "runs",
                                master_keys=[SecretStr(Fernet.generate_key().decode())])
-    actor = JobActor.options(name=standby_name(), namespace=NAMESPACE, lifetime="detached").remote(
-        settings, standby_s=1.0)
+    name = standby_name()
+    # 10 s without a ping ends it: a loaded machine's slow pings (a round trip of a second or more) do not
+    actor = JobActor.options(name=name, namespace=NAMESPACE, lifetime="detached").remote(settings, standby_s=10.0)
     for _ in range(8):  # pinged every 0.25 s for 2 s: it stays
         assert ray.get(actor.ping.remote(), timeout=60) is True
         time.sleep(0.25)
-    time.sleep(4.0)  # no ping for 4 s: it has exited
+    deadline = time.monotonic() + 120  # no more pings: it kills itself (looked up by name, which pings nothing)
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            break
+        time.sleep(0.5)
     with pytest.raises(RayActorError):
-        ray.get(actor.ping.remote(), timeout=30)
+        ray.get(actor.ping.remote(), timeout=60)
