@@ -18,6 +18,7 @@ import ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint
 from scripts.loopback_servers import ServerProcess
+from tests.waits import wait_until_actor_gone
 
 MODEL_LIMIT, PARTICIPANT_LIMIT, CALLS = 2, 3, 12
 #: The live job's lease, seconds (renewed every third of it).
@@ -107,13 +108,7 @@ def test_a_dead_job_process_lease_expires_a_live_one_is_renewed_and_the_last_rel
     assert live_leases()[name] == {"alive": 1}
     assert ray.get(alive.release.remote(), timeout=60) is True  # the last one out closes the client
     assert name not in live_leases()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            break
-        time.sleep(0.2)
+    wait_until_actor_gone(name, NAMESPACE)
     with pytest.raises(ValueError):
         ray.get_actor(name, namespace=NAMESPACE)
     ray.kill(alive)

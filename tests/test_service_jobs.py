@@ -24,6 +24,7 @@ from tests.conftest import PG_URL, SHARED_DATASETS
 from tests.service_suites import locomo_only_suite
 from tests.test_service_api import bearer, make_client, onboard, stub_base  # noqa: F401 (fixture)
 from tests.test_store import _approved_version
+from tests.waits import wait_until_actor_gone
 
 CHECKLIST = {"smoke_passed": True, "contract_followed": True, "run_instructions_complete": True,
              "original_work_disclosed": True, "no_integrity_violation": True}
@@ -402,12 +403,6 @@ def test_a_standby_nobody_pings_exits_by_itself(tmp_path):
     for _ in range(8):  # pinged every 0.25 s for 2 s: it stays
         assert ray.get(actor.ping.remote(), timeout=60) is True
         time.sleep(0.25)
-    deadline = time.monotonic() + 120  # no more pings: it kills itself (looked up by name, which pings nothing)
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            break
-        time.sleep(0.5)
+    wait_until_actor_gone(name, NAMESPACE, guard_s=120)  # no more pings: it kills itself
     with pytest.raises(RayActorError):
         ray.get(actor.ping.remote(), timeout=60)
