@@ -8,6 +8,9 @@ import time
 
 import uvicorn
 
+#: Seconds a server may take to start before the test fails: a guard, generous for a loaded machine.
+START_GUARD_S = 60
+
 
 class ThreadServer:
     """A real uvicorn server for an ASGI app on a free loopback port, in a background thread.
@@ -27,10 +30,10 @@ class ThreadServer:
 
     def __enter__(self) -> "ThreadServer":
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + START_GUARD_S
         while not self.server.started:
             if time.monotonic() > deadline:
-                raise RuntimeError("loopback test server did not start in 10 s")
+                raise RuntimeError(f"loopback test server did not start in {START_GUARD_S} s")
             time.sleep(0.01)
         return self
 

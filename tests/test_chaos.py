@@ -3,6 +3,8 @@ never store a message twice."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from aml_ray.actors.participant import ParticipantClient, ParticipantSpec
@@ -41,10 +43,16 @@ async def test_client_survives_faults_without_duplicates(tmp_path):
     assert [a["status"] for a in adds] == ["ok"] * 50 and [s["status"] for s in searches] == ["ok"] * 30
     injected = stats["faults_injected"]
     assert sum(injected.values()) > 15  # the drill really injected faults
-    assert sum(a["attempts"] - 1 for a in adds) + sum(s["attempts"] - 1 for s in searches) == sum(injected.values())
+    # every injected fault was retried: each HTTP fault as its status, exactly; each cut or held reply as a
+    # transport error (status 0). A reply the loaded machine delayed past the timeout is retried as well,
+    # so the transport errors are at least the faults that make them.
+    retried = Counter(status for o in (*adds, *searches) for status in o["retried_statuses"])
+    assert {k: retried[int(k)] for k in ("429", "500", "503")} == {k: injected.get(k, 0) for k in ("429", "500", "503")}
+    assert retried[0] >= sum(injected.get(k, 0) for k in ("drop", "slow", "commit_timeout"))
+    assert set(retried) <= {0, 429, 500, 503}
     assert stats["memories"] == 50 and stats["requests_applied"] == 50 and stats["duplicate_messages"] == 0
     # every write that committed and then timed out was re-sent with its request_id and de-duplicated
-    assert stats["duplicate_adds_acknowledged"] == injected.get("commit_timeout", 0) > 0
+    assert stats["duplicate_adds_acknowledged"] >= injected.get("commit_timeout", 0) > 0
 
 
 async def test_malformed_body_is_a_contract_error(tmp_path):

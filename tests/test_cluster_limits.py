@@ -18,8 +18,11 @@ import ray
 from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.config import ModelEndpoint
 from scripts.loopback_servers import ServerProcess
+from tests.waits import wait_until_actor_gone
 
 MODEL_LIMIT, PARTICIPANT_LIMIT, CALLS = 2, 3, 12
+#: The live job's lease, seconds (renewed every third of it).
+LIVE_LEASE_S = 15.0
 
 
 @ray.remote(num_cpus=0)
@@ -90,24 +93,22 @@ def test_a_dead_job_process_lease_expires_a_live_one_is_renewed_and_the_last_rel
 
     spec = ParticipantSpec(add_url="http://127.0.0.1:9/add", search_url="http://127.0.0.1:9/search")
     alive, doomed = JobProcess.remote(), JobProcess.remote()
-    names = ray.get([alive.hold.remote(spec, "alive", 1.5), doomed.hold.remote(spec, "doomed", 1.5)], timeout=120)
+    # the live holder renews every third of its 15 s lease: 10 s of slack for a renewal on a loaded machine;
+    # the dead one's 1.5 s lease expires soon after it is killed
+    names = ray.get([alive.hold.remote(spec, "alive", LIVE_LEASE_S), doomed.hold.remote(spec, "doomed", 1.5)],
+                    timeout=120)
+    held_by = time.monotonic()  # both leases were taken before this: the live one's first term ends before held_by + 15
     name = names[0]
     assert names[1] == name and live_leases()[name] == {"alive": 1, "doomed": 1}
     ray.kill(doomed)  # a job actor killed: nothing releases its lease, nothing renews it
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while "doomed" in live_leases().get(name, {}) and time.monotonic() < deadline:
         time.sleep(0.2)
-    time.sleep(1.5)  # another lease period: the live holder's renewals keep its lease
+    time.sleep(max(0.0, held_by + LIVE_LEASE_S + 1 - time.monotonic()))  # past its first term: renewals kept it
     assert live_leases()[name] == {"alive": 1}
     assert ray.get(alive.release.remote(), timeout=60) is True  # the last one out closes the client
     assert name not in live_leases()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            break
-        time.sleep(0.2)
+    wait_until_actor_gone(name, NAMESPACE)
     with pytest.raises(ValueError):
         ray.get_actor(name, namespace=NAMESPACE)
     ray.kill(alive)

@@ -89,13 +89,15 @@ def test_a_resent_add_counts_by_its_last_row():
 # --- pre-flight (no Ray) -----------------------------------------------------------------------------------------
 
 def test_preflight_fails_in_seconds_on_a_dead_endpoint_naming_the_url():
+    """A refused connection ends the pre-flight after its few attempts, not after the evaluation's per-request
+    timeout (1,800 s) or its retries: the bound separates the two, with room for a loaded machine."""
     from aml_ray.actors.participant import ParticipantSpec
 
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with pytest.raises(PreflightFailed) as info:
         preflight(ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search"), run_id="r1", dataset="locomo")
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60
     assert info.value.step == "add" and info.value.url == f"{url}/add"
     assert str(info.value).startswith(f"pre-flight add failed at {url}/add: gave up after 3 attempts")
 
@@ -128,7 +130,7 @@ def test_dead_endpoint_fails_the_cli_run_in_seconds_without_a_traceback(tmp_path
     res = CliRunner().invoke(app, ["run", "--data", str(locomo_file), "--participant", url, "--out", str(out)])
     elapsed = time.monotonic() - t0
     assert res.exit_code == 1, res.output
-    assert elapsed < 20, elapsed
+    assert elapsed < 120, elapsed  # the pre-flight stopped it: every Add retried to its timeout would take hours
     assert f"{url}/add" in res.output and "Traceback" not in res.output and res.exception is None or \
         isinstance(res.exception, SystemExit)
     run = json.loads((out / "run.json").read_text())

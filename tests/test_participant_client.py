@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections import deque
 
@@ -30,6 +31,7 @@ class Script:
         self.in_flight = 0
         self.max_in_flight = 0
         self.delay_s = 0.0
+        self.gate: threading.Event | None = None  # when set: each request is held until the test opens it
         self.broken_queries: set[str] = set()  # Searches answered with a body that breaks the contract
         self.app = FastAPI()
 
@@ -40,6 +42,8 @@ class Script:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
+                if self.gate is not None:
+                    await asyncio.to_thread(self.gate.wait, 120)
                 if self.delay_s:
                     await asyncio.sleep(self.delay_s)
             finally:
@@ -227,15 +231,17 @@ async def test_max_in_flight_and_rate_limit_hold(scripted):
 
 async def queued_behind_one_slot(script: Script, server, n: int = 6) -> tuple[ParticipantClient, asyncio.Task]:
     """A one-slot client with a batch of ``n`` Searches started: ``q0`` in flight (it reached the server, which
-    holds each request 200 ms), the rest queued. It waits for ``q0``'s arrival, not a fixed time: on a loaded
-    machine q0 had not left the client after 20 ms."""
-    script.delay_s = 0.2
+    holds it until the test calls ``script.gate.set()``), the rest queued. It waits for ``q0``'s arrival, and the
+    server holds q0 for as long as the test needs: with a fixed hold (200 ms), a loaded machine let q0's reply
+    come back before the test had queued its next request."""
+    script.gate = threading.Event()
     client = ParticipantClient(spec_for(server, max_in_flight=1))
     reqs = [(SearchRequest(query=f"q{i}", user_id="u", top_k=5), f"ref-{i}") for i in range(n)]
     batch = asyncio.create_task(client.search_many(reqs))
-    deadline = time.monotonic() + 10  # only a guard
+    deadline = time.monotonic() + 120  # only a guard
     while not script.bodies and time.monotonic() < deadline:
         await asyncio.sleep(0.002)
+    assert script.bodies, "q0 did not reach the server in 120 s"
     return client, batch
 
 
@@ -243,7 +249,10 @@ async def test_an_add_is_sent_before_searches_already_queued(scripted):
     """A sample's Adds gate its Searches: behind one slot and 6 queued Searches, a later Add goes next."""
     script, server = scripted
     client, searches = await queued_behind_one_slot(script, server)
-    out = await client.add(add_req(7))
+    add = asyncio.create_task(client.add(add_req(7)))
+    await asyncio.sleep(0)  # the Add's first step runs: it is queued behind q0 with q1..q5
+    script.gate.set()
+    out = await add
     await searches
     await client.aclose()
     sent = [b.decode() for b in script.bodies]
@@ -305,7 +314,8 @@ async def test_a_cancelled_batch_never_sends_its_queued_searches(scripted):
     batch.cancel()
     with pytest.raises(asyncio.CancelledError):
         await batch
-    await asyncio.sleep(0.3)  # q0's reply has come (200 ms): a queued Search would have been sent by now
+    script.gate.set()  # q0's reply comes: a queued Search would be sent next
+    await asyncio.sleep(0.3)
     assert len(script.bodies) == 1
     later = await client.search(SearchRequest(query="later", user_id="u", top_k=5), "ref-later")
     await client.aclose()

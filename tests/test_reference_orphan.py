@@ -58,7 +58,7 @@ def start_driver(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, int, int]
     """The driver, and the server's pid and port once it is healthy."""
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path), mode], cwd=REPO,
                               stdout=subprocess.PIPE, text=True)
-    line = driver.stdout.readline()  # ReferenceServer.start gives up after 30 s; the driver then exits
+    line = driver.stdout.readline()  # ReferenceServer.start gives up after its start limit; the driver then exits
     assert line, f"driver exited with {driver.wait()} before printing the server's pid"
     pid, port = map(int, line.split())
     return driver, pid, port
@@ -71,12 +71,12 @@ def test_sigkill_of_the_driver_takes_the_reference_server_down(tmp_path, mode):
         # started from a thread that has exited: the server must still be up (PR_SET_PDEATHSIG follows the
         # starting thread, so it must not be armed there)
         for _ in range(5):
-            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5.0).status_code == 200
+            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=60.0).status_code == 200
             time.sleep(0.1)
         assert alive(pid)
         driver.send_signal(signal.SIGKILL)
-        assert driver.wait(timeout=10) == -signal.SIGKILL
-        deadline = time.monotonic() + 10
+        assert driver.wait(timeout=60) == -signal.SIGKILL
+        deadline = time.monotonic() + 60  # the kernel's parent-death signal, then the server's exit
         while (alive(pid) or listening(port)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(pid), f"reference server {pid} outlived its SIGKILLed driver"
