@@ -3,8 +3,9 @@
 For each run the stored answers (never regenerated) are judged under each protocol of
 :data:`aml_ray.scoring.panel.PANEL` with the judge configured now (``JUDGE_*`` variables, or offline
 stand-ins); a calibration set, when given, is judged under each protocol once. Written per run to
-``RUN_DIR/rejudge/<label>/``: ``panel.json`` (the run's report, :func:`aml_ray.scoring.panel.run_report`; the
-calibration report; the board when several runs were given) and ``questions-<protocol>.parquet`` (the rows
+``RUN_DIR/rejudge/<label>/``: ``panel.json`` (``panel``: each protocol's prompt name and sha256, and its offline
+rule when offline; the run's report, :func:`aml_ray.scoring.panel.run_report`; ``calibration``; ``board`` when
+several runs were given) and ``questions-<protocol>.parquet`` (the rows
 as judged under each protocol). The original evidence is never touched.
 """
 
@@ -135,7 +136,7 @@ def rejudge_panel(run_roots: list[Path], judge: ModelEndpoint, *, label: str | N
 
     Raises:
         FileNotFoundError: a directory without run.json.
-        ValueError: a run that did not complete; runs of different datasets or judge prompts; a dataset whose
+        ValueError: a run that did not complete or is given twice; runs of different datasets or judge prompts; a dataset whose
             scorer is not a binary judge (rubric or option scoring); a label that exists.
     """
     from aml_ray.actors.model import ModelClient
@@ -148,6 +149,9 @@ def rejudge_panel(run_roots: list[Path], judge: ModelEndpoint, *, label: str | N
         raise ValueError("no run directory given: pass at least one RUN_DIR")
     loaded = [(Path(root), *_read_run(Path(root))) for root in run_roots]
     first = loaded[0][1]
+    ids = [info["run_id"] for _, info, _ in loaded]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"a run is given twice (run ids {ids}): give each run directory once")
     for root, info, _ in loaded[1:]:
         if info["dataset"]["name"] != first["dataset"]["name"]:
             raise ValueError(f"{root} is a {info['dataset']['name']!r} run and {loaded[0][0]} a "
@@ -204,7 +208,7 @@ def rejudge_panel(run_roots: list[Path], judge: ModelEndpoint, *, label: str | N
         for name, rows in judged.items():
             write_parquet_atomic(pa.Table.from_pylist(rows), run.out_dir / f"questions-{name}.parquet")
         write_json_atomic({"source_run_id": run.run_id, "name": run.name, "judge": judge.describe(),
-                           "offline": judge.offline, "protocols": result.protocols, **run.report,
+                           "offline": judge.offline, "panel": result.protocols, **run.report,
                            "calibration": result.calibration, "board": result.board,
                            "finished_at": datetime.now(timezone.utc).isoformat()}, run.out_dir / "panel.json")
     return result

@@ -85,7 +85,7 @@ def _contains(answer: str, gold: str) -> bool:
     return bool(gold_norm) and f" {gold_norm} " in f" {normalize_answer(answer)} "
 
 
-def offline_verdict(protocol: str, answer: str | None, golds: Sequence[str]) -> tuple[str, str]:
+def offline_verdict(protocol: str, answer: str | None, golds: str | Sequence[str]) -> tuple[str, str]:
     """The lexical stand-in verdict of ``protocol`` (module docstring), ``(label, rationale)``.
 
     Examples:
@@ -98,9 +98,15 @@ def offline_verdict(protocol: str, answer: str | None, golds: Sequence[str]) -> 
         >>> offline_verdict("strict", "Sunset.", ["sunset"])[0]
         'CORRECT'
 
+    Args:
+        protocol: a :data:`PANEL` protocol name.
+        answer: the stored answer (None counts as empty).
+        golds: the acceptable answers, or one gold as a string (numbers as text).
+
     Raises:
         ValueError: unknown protocol, or no gold.
     """
+    golds = [golds] if isinstance(golds, str) else [str(g) for g in golds]
     if not golds:
         raise ValueError("no gold answer: the panel needs at least one per question")
     text = "" if answer is None else str(answer)
