@@ -27,7 +27,9 @@ def panel_tables(result: PanelResult) -> list[Table]:
         for p in run.report["protocols"]:
             t.add_row(p["name"], f"{_num(p['accuracy'])} [{_num(p['ci_low'])}, {_num(p['ci_high'])}]",
                       str(p["questions"]), str(p["judge_errors"]))
-        pairs = Table(title=f"agreement between protocols: {run.name}", caption=f"over the {run.report['pairs'][0]['questions'] if run.report['pairs'] else 0} answered questions")
+        answered = run.report["protocols"][0]["answered"] if run.report["protocols"] else 0
+        pairs = Table(title=f"agreement between protocols: {run.name}",
+                      caption=f"over the {answered} answered questions; below, the first questions they disagree on")
         for col in ("protocols", "agreement", "Cohen's kappa"):
             pairs.add_column(col)
         for pair in run.report["pairs"]:

@@ -391,8 +391,9 @@ def print_result(opts: RunOptions, result, label: str, category_names: dict[str,
     console.print(f"evidence: {opts.out}/evidence ({info['evidence']['add_rows']} Add rows, "
                   f"{info['evidence']['question_rows']} question rows); run.json and results.json in {opts.out}")
     if (integrity := info.get("integrity") or {}).get("flagged_questions"):
-        console.print(f"[yellow]integrity:[/] {integrity['flagged_memories']} memories and {integrity['flagged_answers']} "
-                      f"answers of {integrity['flagged_questions']} questions address the model (rules "
+        console.print(f"[yellow]integrity:[/] {integrity['flagged_memories']} memories and "
+                      f"{integrity['flagged_answers']} answers of {integrity['flagged_questions']} questions address "
+                      "the model (rules "
                       f"{', '.join(sorted(integrity['by_rule']))}): flagged in {opts.out}/evidence/injections.parquet, "
                       "passed to Answer unchanged")
     if info["status"] != "completed":

@@ -25,7 +25,8 @@ def test_the_example_set_loads():
     ('{"question": "", "gold": "g", "answer": "a", "human_verdict": "WRONG"}', "line 2: field 'question'"),
     ('{"question": "Q", "gold": [], "answer": "a", "human_verdict": "WRONG"}', "line 2: field 'gold'"),
     ('{"question": "Q", "gold": "g", "answer": "a", "human_verdict": "WRONG", "score": 1}', "line 2: field 'score'"),
-    ('{"id": "x", "question": "Q", "gold": "g", "answer": "a", "human_verdict": "WRONG"}', "line 2: field 'id': 'x' repeats"),
+    ('{"id": "x", "question": "Q", "gold": "g", "answer": "a", "human_verdict": "WRONG"}',
+     "line 2: field 'id': 'x' repeats"),
     ("not json", "line 2: not JSON"),
     ("[1, 2]", "line 2: expected a JSON object"),
 ])

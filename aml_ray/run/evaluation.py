@@ -486,7 +486,8 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks, recall, flags = running.finish(run_dir) if running is not None else memory_checks(samples, inputs, run_dir)
+        leaks, recall, flags = (running.finish(run_dir) if running is not None
+                                else memory_checks(samples, inputs, run_dir))
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(

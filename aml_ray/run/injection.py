@@ -25,13 +25,14 @@ import re
 from typing import Any
 
 RULES: dict[str, re.Pattern[str]] = {
-    "ignore_instructions": re.compile(r"\b(?:ignore|disregard)\b[^.\n]{0,40}?\b(?:question|instructions?|prompt|rules)\b",
-                                      re.IGNORECASE),
+    "ignore_instructions": re.compile(
+        r"\b(?:ignore|disregard)\b[^.\n]{0,40}?\b(?:question|instructions?|prompt|rules)\b", re.IGNORECASE),
     "role_marker": re.compile(r"(?m)^\s*(?:SYSTEM|System|system|DEVELOPER|Developer|developer)\s*:"),
-    "verdict_request": re.compile(r"\b(?:[Aa]nswer|[Rr]eply|[Rr]espond|[Oo]utput|[Ss]ay|[Gg]rade|[Mm]ark|[Ll]abel|[Jj]udge)"
-                                  r"\b[^.\n]{0,40}?\b(?:CORRECT|WRONG)\b|\"label\"\s*:\s*\"(?:CORRECT|WRONG)\""),
-    "addresses_model": re.compile(r"\byou are (?:now )?(?:an? |the )?(?:AI|language model|LLM|grader|judge|evaluator)\b",
-                                  re.IGNORECASE),
+    "verdict_request": re.compile(
+        r"\b(?:[Aa]nswer|[Rr]eply|[Rr]espond|[Oo]utput|[Ss]ay|[Gg]rade|[Mm]ark|[Ll]abel|[Jj]udge)"
+        r"\b[^.\n]{0,40}?\b(?:CORRECT|WRONG)\b|\"label\"\s*:\s*\"(?:CORRECT|WRONG)\""),
+    "addresses_model": re.compile(
+        r"\byou are (?:now )?(?:an? |the )?(?:AI|language model|LLM|grader|judge|evaluator)\b", re.IGNORECASE),
     "chat_template": re.compile(r"<\|im_start\|>|<\|system\|>|\[INST\]|<</?SYS>>"),
     "fence_escape": re.compile(r"</?memories\b", re.IGNORECASE),
 }

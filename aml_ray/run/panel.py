@@ -107,15 +107,10 @@ async def judge_under(protocol: PanelProtocol, rows: list[dict[str, Any]], *, sc
 
 def _read_run(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from aml_ray.run.evidence import RunDir, read_questions
+    from aml_ray.run.rejudge import completed_run_info
 
     run_dir = RunDir(root)
-    if not run_dir.run_json.is_file():
-        raise FileNotFoundError(f"{run_dir.run_json} not found: pass a run directory made by 'aml-ray run'")
-    info = json.loads(run_dir.run_json.read_text())
-    if info.get("status") != "completed":
-        raise ValueError(f"run {info.get('run_id')} ({root}) has status {info.get('status')!r}; only completed runs "
-                         "can be re-judged")
-    return info, read_questions(run_dir, COLUMNS).to_dicts()
+    return completed_run_info(run_dir), read_questions(run_dir, COLUMNS).to_dicts()
 
 
 def _run_name(info: dict[str, Any]) -> str:
@@ -136,8 +131,8 @@ def rejudge_panel(run_roots: list[Path], judge: ModelEndpoint, *, label: str | N
 
     Raises:
         FileNotFoundError: a directory without run.json.
-        ValueError: a run that did not complete or is given twice; runs of different datasets or judge prompts; a dataset whose
-            scorer is not a binary judge (rubric or option scoring); a label that exists.
+        ValueError: a run that did not complete or is given twice; runs of different datasets or judge prompts; a
+            dataset whose scorer is not a binary judge (rubric or option scoring); a label that exists.
     """
     from aml_ray.actors.model import ModelClient
     from aml_ray.datasets.registry import get_dataset
