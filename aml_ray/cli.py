@@ -88,28 +88,62 @@ def run(
 
 @app.command()
 def rejudge(
-    run_dir: Annotated[Path, typer.Argument(help="A completed run directory.")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="A completed run directory (with --panel, one or more: "
+                                                   "a board of runs of one dataset).")],
     label: Annotated[Optional[str], typer.Option(help="Folder name under RUN_DIR/rejudge/.")] = None,
     judge_prompt: Annotated[Optional[str], typer.Option(help="Judge prompt override (name, path or URL).")] = None,
     judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
     errata: Annotated[Optional[Path], typer.Option(help="An errata file of the run's bundle (corrected gold answers "
                                                    "or excluded questions, aml_ray/errata/ ships locomo.json), applied "
                                                    "first and recorded.")] = None,
+    panel: Annotated[bool, typer.Option("--panel", help="Judge under every protocol of the judge panel (the "
+                                        "run's own, LongMemEval upstream, strict): accuracy, agreement, Cohen's "
+                                        "kappa, and each run's rank under each protocol.")] = False,
+    calibration: Annotated[Optional[Path], typer.Option(help="With --panel: a JSON Lines file of answers with "
+                                                        "human verdicts (aml_ray/scoring/calibration.py).")] = None,
 ) -> None:
     """Re-score a finished run with the judge configured now (JUDGE_* variables); answers are reused.
     'aml-ray compare RUN_DIR RUN_DIR/rejudge/LABEL' shows what it changed."""
-    from aml_ray.cli_tables import render_table
     from aml_ray.config import model_endpoint_from_env
+
+    if panel and errata is not None:
+        fail("--errata re-scores one run with the configured judge: run it first, then --panel on RUN_DIR/rejudge/LABEL")
+    if panel:
+        return _rejudge_panel(run_dirs, label=label, calibration=calibration, judge_prompt=judge_prompt)
+    if len(run_dirs) != 1 or calibration is not None:
+        fail("pass one RUN_DIR (several, and --calibration, need --panel)")
+    from aml_ray.cli_tables import render_table
     from aml_ray.run.rejudge import rejudge as do_rejudge
 
     try:
         judge = model_endpoint_from_env("judge")
-        result = do_rejudge(run_dir, judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256,
+        result = do_rejudge(run_dirs[0], judge, label=label, prompt=judge_prompt, prompt_sha256=judge_prompt_sha256,
                             errata=errata)
     except (FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     console.print(render_table(result.table, offline=judge.offline, title=f"re-judged by {judge.model}"))
     console.print(f"written to {result.out_dir}")
+
+
+def _rejudge_panel(run_dirs: list[Path], *, label: Optional[str], calibration: Optional[Path],
+                   judge_prompt: Optional[str]) -> None:
+    """``aml-ray rejudge --panel``: :func:`aml_ray.run.panel.rejudge_panel` and its tables."""
+    from aml_ray.cli_panel import panel_tables
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.panel import rejudge_panel
+    from aml_ray.scoring.calibration import load_calibration
+
+    if judge_prompt is not None:
+        fail("--judge-prompt does not apply with --panel: the panel's protocols pin their own prompts")
+    try:
+        judge = model_endpoint_from_env("judge")
+        items = load_calibration(calibration) if calibration is not None else None
+        result = rejudge_panel(run_dirs, judge, label=label, calibration=items)
+    except (FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    for table in panel_tables(result):
+        console.print(table)
+    console.print("written to " + ", ".join(str(run.out_dir) for run in result.runs))
 
 
 @app.command()

@@ -422,6 +422,12 @@ def print_result(opts: RunOptions, result, label: str, category_names: dict[str,
                   f"{beside('search')}); wall {info['wall_s']:.1f} s")
     console.print(f"evidence: {opts.out}/evidence ({info['evidence']['add_rows']} Add rows, "
                   f"{info['evidence']['question_rows']} question rows); run.json and results.json in {opts.out}")
+    if (integrity := info.get("integrity") or {}).get("flagged_questions"):
+        console.print(f"[yellow]integrity:[/] {integrity['flagged_memories']} memories and "
+                      f"{integrity['flagged_answers']} answers of {integrity['flagged_questions']} questions address "
+                      "the model (rules "
+                      f"{', '.join(sorted(integrity['by_rule']))}): flagged in {opts.out}/evidence/injections.parquet, "
+                      "passed to Answer unchanged")
     if info["status"] != "completed":
         err.print(f"[bold yellow]run {info['status']}:[/] ", end="")
         err.print(f"{info.get('error')} (run.json status={info['status']}; the evidence names each failed request)",

@@ -158,6 +158,9 @@ def test_every_mode_is_covered():
                                                             "flaky_429", "flaky_503"}
     # the run-time contract stops, tested against the run's client in tests/test_participant_client.py
     covered |= {"wrong_echo_second_add", "success_false_second_add", "forbid_second_add", "overflow_one_search"}
+    # contract-abiding participants for the judge panel's board and the integrity canaries
+    # (tests/run/test_panel.py, tests/run/test_injection.py)
+    covered |= {"forgetful", "inject_memory"}
     assert covered == set(MODES)
 
 

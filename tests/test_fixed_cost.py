@@ -295,12 +295,12 @@ def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_th
     along = pq.read_table(run_dir.recall)
     samples = get_dataset("locomo").load(locomo_file)[:1]
     inputs = build_inputs(samples, IdScheme(info["run_id"], "locomo"), out_dir=tmp_path / "inputs-again")
-    leaks, table = checks_module.memory_checks(samples, inputs, run_dir)  # the pass over the files
+    leaks, table, flags = checks_module.memory_checks(samples, inputs, run_dir)  # the pass over the files
     assert len(passes) == 1 and {"user_id", "sample_id", "memories"} <= set(passes[0])
-    assert (leaks, table) == ([], info["evidence_recall"]["table"]) and pq.read_table(run_dir.recall).equals(along)
+    assert (leaks, table, flags) == ([], info["evidence_recall"]["table"], []) and pq.read_table(run_dir.recall).equals(along)
     failing = checks_module.RunningChecks(samples, inputs)
     failing.feed(pa.table({"not_a_question_column": [1]}))
-    assert failing.finish(run_dir) == ([], info["evidence_recall"]["table"])
+    assert failing.finish(run_dir) == ([], info["evidence_recall"]["table"], [])
     assert len(passes) == 2  # made again from the files
 
 

@@ -34,6 +34,7 @@ from aml_ray.datasets.validate import require_scorable
 from aml_ray.run.evidence import RunDir, read_adds, read_questions, write_json_atomic, write_parquet_atomic
 from aml_ray.ids import IdScheme, new_run_id
 from aml_ray.run.inputs import PipelineInputs, build_inputs
+from aml_ray.run.injection import integrity_summary
 from aml_ray.run.memory_checks import RunningChecks, memory_checks
 from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
@@ -479,13 +480,15 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
         write_parquet_atomic(table.to_arrow(), run_dir.results_parquet)
         searched = questions.filter(pl.col("search_status") == "ok")
         search_lat = searched["search_latency_ms"]  # time at the participant: the table's p50/p95
-        leaks, recall = running.finish(run_dir) if running is not None else memory_checks(samples, inputs, run_dir)
+        leaks, recall, flags = (running.finish(run_dir) if running is not None
+                                else memory_checks(samples, inputs, run_dir))
         outcome = run_outcome(adds, questions, expected_adds=inputs.n_chunks, scorable=inputs.n_scorable,
                               isolation=leaks)
         info.update(
             status=outcome.status, outcome=outcome.describe(), finished_at=datetime.now(timezone.utc).isoformat(),
             isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
             evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
+            integrity=integrity_summary(flags),
             **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
             **({"error": outcome.summary} if outcome.status != "completed" else {}),
             evidence={"add_rows": adds.height, "question_rows": questions.height},
@@ -511,6 +514,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
     write_json_atomic({"run_id": cfg.run_id, "status": outcome.status, "offline_models": info["offline_models"],
                        "models": info["models"], "retrieval_only": cfg.retrieval_only,
                        "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"],
+                       "integrity": {k: v for k, v in info["integrity"].items() if k != "examples"},
                        **({"by_checkpoint": by_checkpoint, "table_pools_checkpoints": True} if by_checkpoint else {})},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)

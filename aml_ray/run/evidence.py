@@ -251,6 +251,7 @@ class RunDir:
         self.inputs = self.root / "inputs"
         self.stopped = self.root / "evidence" / "stopped"
         self.recall = self.root / "evidence" / "recall.parquet"  # per-question evidence recall (scoring.evidence_recall)
+        self.injections = self.root / "evidence" / "injections.parquet"  # integrity canaries' flags (run.injection)
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"

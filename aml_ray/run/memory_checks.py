@@ -1,5 +1,6 @@
-"""The run's checks of the memories its participant returned: isolation (a memory of another user_id) and
-evidence recall, in one pass over each question's memories.
+"""The run's checks of the memories its participant returned: isolation (a memory of another user_id), evidence
+recall and the integrity canaries (memories or answers addressed to the model, :mod:`aml_ray.run.injection`),
+in one pass over each question's memories.
 
 :func:`memory_checks` reads them from the run's question evidence after the pipeline. :class:`RunningChecks`
 does the same pass while the pipeline runs, fed each output table as the driver receives it (the rows it
@@ -20,15 +21,21 @@ from typing import Any
 import pyarrow as pa
 
 from aml_ray.run.evidence import RunDir, as_question_table, write_parquet_atomic
+from aml_ray.run.injection import InjectionFinder
 from aml_ray.run.inputs import PipelineInputs, read_sample_files
 from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
 
-#: The question evidence columns both checks read.
-COLUMNS = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories")
+#: The question evidence columns the checks read.
+COLUMNS = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories", "answer")
 
-Checked = tuple[list[dict[str, Any]], list[dict[str, Any]]]
-"""``(leaks, recall table)``: one dict per question that got a memory of another user_id (empty when isolation
-held), and the per-category recall table (:func:`aml_ray.scoring.evidence_recall.recall_table`)."""
+#: The Arrow schema of ``evidence/injections.parquet`` (:attr:`aml_ray.run.injection.InjectionFinder.flags`).
+INJECTION_SCHEMA = pa.schema([("question_id", pa.string()), ("where", pa.string()), ("memory_id", pa.string()),
+                              ("rank", pa.int32()), ("rules", pa.list_(pa.string())), ("excerpt", pa.string())])
+
+Checked = tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]
+"""``(leaks, recall table, flags)``: one dict per question that got a memory of another user_id (empty when
+isolation held), the per-category recall table (:func:`aml_ray.scoring.evidence_recall.recall_table`), and one
+dict per memory or answer flagged by the integrity canaries (:class:`aml_ray.run.injection.InjectionFinder`)."""
 
 
 def adds_index(inputs: PipelineInputs):
@@ -44,27 +51,31 @@ def adds_index(inputs: PipelineInputs):
 
 
 def _check(samples, inputs: PipelineInputs, rows: Iterable[dict[str, Any]]
-           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``(leaks, recall rows)`` of ``rows`` (:data:`COLUMNS`), in one pass."""
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(leaks, recall rows, flags)`` of ``rows`` (:data:`COLUMNS`), in one pass."""
     from aml_ray.scoring.evidence_recall import recall_rows
 
-    finder = LeakFinder(adds_index(inputs))
+    finder, canaries = LeakFinder(adds_index(inputs)), InjectionFinder()
 
     def checked(rows):
         for row in rows:
             finder.check(row)
+            canaries.check(row)
             yield row
 
-    return finder.leaks, list(recall_rows(samples, checked(rows)))
+    return finder.leaks, list(recall_rows(samples, checked(rows))), canaries.flags
 
 
-def _written(run_dir: RunDir, leaks: list[dict[str, Any]], recall: list[dict[str, Any]]) -> Checked:
-    """Write the per-question recall rows to ``evidence/recall.parquet``; the leaks and the recall table."""
+def _written(run_dir: RunDir, leaks: list[dict[str, Any]], recall: list[dict[str, Any]],
+             flags: list[dict[str, Any]]) -> Checked:
+    """Write the per-question recall rows to ``evidence/recall.parquet`` and the flags to
+    ``evidence/injections.parquet``; the leaks, the recall table and the flags."""
     from aml_ray.scoring.evidence_recall import recall_table
 
     table = pa.Table.from_pylist(recall) if recall else pa.table({"question_id": pa.array([], pa.string())})
     write_parquet_atomic(table, run_dir.recall)
-    return leaks, recall_table(recall)
+    write_parquet_atomic(pa.Table.from_pylist(flags, schema=INJECTION_SCHEMA), run_dir.injections)
+    return leaks, recall_table(recall), flags
 
 
 def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
@@ -98,7 +109,7 @@ class RunningChecks:
     def __init__(self, samples, inputs: PipelineInputs):
         self.samples, self.inputs = samples, inputs
         self._tables: queue.SimpleQueue[pa.Table | None] = queue.SimpleQueue()
-        self._result: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None  # None: not (yet) made
+        self._result: tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]] | None = None  # None: not (yet) made
         self._thread = threading.Thread(target=self._run, name="aml-ray-memory-checks", daemon=True)
         self._thread.start()
 

@@ -37,6 +37,21 @@ class RejudgeResult:
     table: pl.DataFrame
 
 
+def completed_run_info(run_dir: RunDir) -> dict:
+    """The run.json of a completed run, the only kind that can be re-judged.
+
+    Raises:
+        FileNotFoundError: no run.json; ValueError: the run did not complete.
+    """
+    if not run_dir.run_json.is_file():
+        raise FileNotFoundError(f"{run_dir.run_json} not found: pass a run directory made by 'aml-ray run'")
+    info = json.loads(run_dir.run_json.read_text())
+    if info.get("status") != "completed":
+        raise ValueError(f"run {info.get('run_id')} ({run_dir.root}) has status {info.get('status')!r}; only "
+                         "completed runs can be re-judged")
+    return info
+
+
 def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, prompt: str | None = None,
             prompt_sha256: str | None = None, batch_size: int = 64, errata: Path | None = None) -> RejudgeResult:
     """Judge a finished run's answers again.
@@ -55,12 +70,7 @@ def rejudge(run_root: Path, judge: ModelEndpoint, *, label: str | None = None, p
             exists, or the errata are bad or another bundle's.
     """
     run_dir = RunDir(run_root)
-    if not run_dir.run_json.is_file():
-        raise FileNotFoundError(f"{run_dir.run_json} not found: pass a run directory made by 'aml-ray run'")
-    info = json.loads(run_dir.run_json.read_text())
-    if info.get("status") != "completed":
-        raise ValueError(f"run {info.get('run_id')} has status {info.get('status')!r}; only completed runs can be "
-                         "re-judged")
+    info = completed_run_info(run_dir)
     spec = get_dataset(info["dataset"]["name"])
     judge_prompt = load_prompt(prompt or spec.judge_prompt, prompt_sha256)
     label = label or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

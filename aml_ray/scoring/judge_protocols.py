@@ -18,6 +18,9 @@ Protocols (:data:`PROTOCOLS`):
   eval_response.lower()``; ``max_tokens=10``, ``temperature=0``; ``model_zoo['gpt-4o']``).
 - ``beam-half-credit``: BEAM's rubric judge with every item credited 1 / 0.5 / 0 (the scale its prompt
   states) instead of upstream's ``int()``; the wording is the default BEAM prompt's.
+- ``strict``: a binary judge that credits only a single, unhedged answer that states the gold and adds no
+  reasoning (``judge_strict``), read as the default reads it; one of the judge panel's protocols
+  (:mod:`aml_ray.scoring.panel`).
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ PROTOCOLS: dict[str, JudgeProtocol] = {p.name: p for p in (
     JudgeProtocol("beam-half-credit", "BEAM rubric judge, items credited 1 / 0.5 / 0 (aml-ray variant)",
                   "rubric_judge", "beam_rubric_judge_half_credit", "rubric_score", "half_credit", None, None,
                   "aml-ray; BEAM's prompt scale (src/prompts.py unified_llm_judge_base_prompt) without int()"),
+    JudgeProtocol("strict", "strict binary judge: one unhedged answer stating the gold, no reasoning (aml-ray)",
+                  None, "judge_strict", "label", None, None, None, "aml_ray/prompts/judge_strict.j2 (this project)"),
 )}
 
 
