@@ -3,44 +3,27 @@ a burst of job submissions for one key is accepted at most as often as the quota
 
 from __future__ import annotations
 
-import secrets
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-import sqlalchemy as sa
-from cryptography.fernet import Fernet
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from aml_ray.serve_app.app import create_app
 from aml_ray.serve_app.settings import ServiceSettings
-from tests.conftest import PG_URL, SHARED_DATASETS
 from tests.servers import ThreadServer
-from tests.service_suites import locomo_only_suite
+from tests.service_db import DATABASES, settings_on
 from tests.test_service_api import ADMIN, onboard, stub_base  # noqa: F401  (stub_base is a fixture)
 
 BURST = 16
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=DATABASES)
 def service_settings(request, tmp_path) -> Iterator[ServiceSettings]:
-    """Service settings on a SQLite file, or on a fresh PostgreSQL schema dropped afterwards."""
-    schema = None
-    url = f"sqlite:///{tmp_path / 'aml.sqlite3'}"
-    if request.param == "postgresql":
-        schema, url = f"aml_race_{secrets.token_hex(6)}", PG_URL
-    yield ServiceSettings(database_url=url, db_schema=schema, master_keys=[SecretStr(Fernet.generate_key().decode())],
-                          admin_token=SecretStr(ADMIN), allow_loopback=True, run_worker=False,
-                          runs_dir=tmp_path / "runs", datasets_dir=SHARED_DATASETS,
-                          suites={"textual": locomo_only_suite()})
-    if schema:
-        cleanup = sa.create_engine(PG_URL)
-        with cleanup.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        cleanup.dispose()
+    with settings_on(request.param, tmp_path, ADMIN) as settings:
+        yield settings
 
 
 def test_a_burst_of_smoke_submissions_for_one_key_is_accepted_once(service_settings, stub_base):  # noqa: F811

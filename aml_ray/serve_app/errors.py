@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aml_ray.security import EndpointRejected
@@ -48,6 +48,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _integrity(_req: Request, exc: IntegrityError) -> JSONResponse:
         # a uniqueness race the queries' own checks did not see (e.g. two identical requests at once)
         return error(409, "conflicting concurrent request: it duplicates an existing record; retry")
+
+    @app.exception_handler(DataError)
+    async def _data(_req: Request, exc: DataError) -> JSONResponse:
+        # a value the database refuses that validation let through; the statement and values stay out
+        return error(422, "a submitted value cannot be stored (the database refused it); remove control "
+                          "characters and out-of-range numbers")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
