@@ -19,7 +19,7 @@ import aml_ray
 from aml_ray.security import SecretBox
 from aml_ray.serve_app.admission import Admission
 from aml_ray.serve_app.deps import Service
-from aml_ray.serve_app.errors import install_error_handlers
+from aml_ray.serve_app.errors import error_responses, install_error_handlers
 from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, jobs, keys,
                                       leaderboard, pages, results)
 from aml_ray.serve_app.templating import STATIC_DIR
@@ -86,9 +86,13 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_body_limit(app, settings.max_body_bytes)
     install_same_origin_writes(app, settings.trusted_origins)
+    body = (400, 403, 413, 422)  # any route with a body: unparseable, cross-origin, too large, invalid
+    documented = {access: (*body, 401, 404, 409, 429, 503), jobs: (*body, 401, 404, 409, 429, 503),
+                  keys: (401, 422), results: (401, 404, 422), admin: (*body, 401, 404, 409, 503),
+                  leaderboard: (404, 422), pages: (422,)}
     for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
                    docs_pages):
-        app.include_router(module.router)
+        app.include_router(module.router, responses=error_responses(*documented.get(module, ())))
     # /docs and /redoc assets from the fastapi-offline package (no CDN), then the pages' own assets
     app.mount(docs_pages.DOCS_STATIC, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
