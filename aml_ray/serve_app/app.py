@@ -20,8 +20,8 @@ from aml_ray.security import SecretBox
 from aml_ray.serve_app.admission import Admission
 from aml_ray.serve_app.deps import Service
 from aml_ray.serve_app.errors import error_responses, install_error_handlers
-from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, jobs, keys,
-                                      leaderboard, pages, results)
+from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, health,
+                                      jobs, keys, leaderboard, pages, results)
 from aml_ray.serve_app.templating import STATIC_DIR
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.serve_app.limits import install_body_limit
@@ -91,7 +91,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                   keys: (401, 422), results: (401, 404, 422), admin: (*body, 401, 404, 409, 503),
                   leaderboard: (404, 422), pages: (422,)}
     for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
-                   docs_pages):
+                   docs_pages, health):
         app.include_router(module.router, responses=error_responses(*documented.get(module, ())))
     # /docs and /redoc assets from the fastapi-offline package (no CDN), then the pages' own assets
     app.mount(docs_pages.DOCS_STATIC, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
