@@ -107,9 +107,10 @@ class JobIn(BaseModel):
 
 
 class StageOut(BaseModel):
-    """One stage's progress."""
+    """One stage's progress: ``stage`` as stored (``add``...), ``label`` the seed's word (``ingestion``...)."""
 
     stage: str
+    label: str
     done: int
     failed: int = 0
     total: int
@@ -125,6 +126,7 @@ class JobOut(BaseModel):
     run_label: str
     status: str
     stage: str
+    stage_label: str
     progress: float
     stages: list[StageOut]
     error_summary: str | None

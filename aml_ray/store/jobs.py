@@ -17,6 +17,16 @@ STAGES = ("add", "search", "answer", "judge")
 #: :func:`aml_ray.coding.runner.run_coding` reports them.
 CODING_STAGES = ("attempts",)
 ACTIVE = ("queued", "running")
+#: The seed's words for the pipeline's stages ("ingestion, retrieval, answering, scoring, aggregation"), by
+#: the stage names the store keeps; a job's ``stage`` is ``aggregate`` once every stage is done.
+STAGE_WORDS = {"add": "ingestion", "search": "retrieval", "answer": "answering", "judge": "scoring",
+               "aggregate": "aggregation", "attempts": "attempts (Add, Search, agent, tests)"}
+
+
+def stage_word(stage: str) -> str:
+    """The word a person reads for ``stage`` (:data:`STAGE_WORDS`); other states (``queued``,
+    ``starting``, ``completed``) read as they are."""
+    return STAGE_WORDS.get(stage, stage)
 
 
 def lock_key(session: Session, key_id: str) -> None:
