@@ -230,16 +230,18 @@ def test_gate_refuses_the_offline_models_and_names_the_locked_ones(engine):
                   run_label="f", status="completed")
         s.add(job)
         s.flush()
-        ds = {"locomo": {"sha256": "a" * 64, "hash_mismatch_allowed": False, "questions": 199}}
+        ds = {"locomo": {"sha256": "a" * 64, "hash_mismatch_allowed": False, "files_match": True, "questions": 199}}
         baseline = {"suite": "textual@1", "answer_model": "gpt-4o-mini", "judge_model": "gpt-4o-mini",
-                    "prompts": {"p": "1"}, "top_k": 100, "pipeline_code_sha256": "c", "datasets": ds}
+                    "prompts": {"p": "1"}, "top_k": 100, "pipeline_code_sha256": "c",
+                    "datasets": {"locomo": {"bundle": "locomo", "pinned": True, "questions": 199}}}
         table = [{"category": "overall", "n_errors": 0}]
 
         def facts(answer: str, offline: bool) -> dict:
             return {"suite": "textual@1", "offline_models": offline, "prompts": {"p": "1"}, "top_k": 100,
                     "models": {"answer": {"model": answer, "offline": offline},
                                "judge": {"model": answer, "offline": offline}},
-                    "pipeline_code_sha256": "c", "datasets": ds, "adds": {"ok": 1, "failed": 0}}
+                    "pipeline_code_sha256": "c", "datasets": ds, "adds": {"ok": 1, "failed": 0},
+                    "limit_samples": None}
 
         offline = publication_gate(s, job, table, facts("gpt-4o-mini", True), baseline)
         online = publication_gate(s, job, table, facts("gpt-4o-mini", False), baseline)
@@ -252,15 +254,14 @@ def test_gate_refuses_the_offline_models_and_names_the_locked_ones(engine):
 
 def test_the_release_baseline_locks_the_suite_models_not_the_environment(monkeypatch):
     from aml_ray.serve_app.gate import release_baseline
-    from aml_ray.serve_app.tracks import job_bundles
 
     monkeypatch.delenv("ANSWER_API_BASE", raising=False)  # the deployment's own models: offline
     settings = ServiceSettings(database_url="sqlite://", master_keys=[SecretStr("k")], datasets_dir=SHARED_DATASETS,
                                suites={"textual": locomo_only_suite()}, full_limit_samples=1)
-    base = release_baseline(settings, "textual", job_bundles(settings, "textual", "full"))
+    base = release_baseline(settings, "textual")
     assert (base["answer_model"], base["judge_model"]) == ("gpt-4o-mini", "gpt-4o-mini")
     assert base["suite"].startswith("textual-locomo@") and set(base["datasets"]) == {"locomo"}
-    assert base["datasets"]["locomo"]["questions"] == 199
+    assert base["datasets"]["locomo"]["questions"] == 1986  # the suite's pin, not the deployment's sample limit
 
 
 # ----------------------------------------------------------------------------------- smaller rules (9)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import hypothesis
 import pytest
 import schemathesis
+from schemathesis.core.failures import FailureGroup
 from cryptography.fernet import Fernet
 from hypothesis import HealthCheck, Phase, settings
 from pydantic import SecretStr
@@ -94,8 +95,15 @@ def _credential_kinds(operation, ids: Seeded) -> list[tuple[str, dict, dict]]:
     return kinds
 
 
-def _explore(strategy, label: str, failures: list[str], calls: dict[int, int]) -> None:
-    """Call the app with ``MAX_EXAMPLES`` cases from ``strategy``; record 5xx and unhandled errors."""
+#: What ``conformance`` checks: the status code is documented, the body follows the documented schema, and the
+#: content type is the documented one.
+CONFORMANCE = [schemathesis.checks.status_code_conformance, schemathesis.checks.response_schema_conformance,
+               schemathesis.checks.content_type_conformance]
+
+
+def _explore(strategy, label: str, failures: list[str], calls: dict[int, int], conformance: bool = False) -> None:
+    """Call the app with ``MAX_EXAMPLES`` cases from ``strategy``; record 5xx and unhandled errors, and with
+    ``conformance`` every answer that the OpenAPI description does not describe."""
 
     @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -107,6 +115,12 @@ def _explore(strategy, label: str, failures: list[str], calls: dict[int, int]) -
             failures.append(f"{label}: unhandled {type(exc).__name__}: {exc}\n  {case.as_curl_command()}")
             return
         calls[response.status_code] = calls.get(response.status_code, 0) + 1
+        if conformance:
+            try:
+                case.validate_response(response, checks=CONFORMANCE)
+            except FailureGroup as exc:  # one sub-exception per failed check
+                problems = "; ".join(getattr(e, "title", type(e).__name__) for e in exc.exceptions)
+                failures.append(f"{label}: HTTP {response.status_code}: {problems}")
         if response.status_code >= 500:
             failures.append(f"{label}: HTTP {response.status_code}\n  {case.as_curl_command()}\n  "
                             f"{response.text[:300]}")
@@ -138,3 +152,31 @@ def test_no_operation_answers_5xx(app_and_ids):
     assert not failures, "5xx or unhandled errors:\n" + "\n".join(failures[:20])
     assert sum(calls.values()) >= len(operations) * 2 * MAX_EXAMPLES  # the generation did run
     assert any(200 <= s < 300 for s in calls) and 401 in calls and 422 in calls
+
+
+def test_every_answer_matches_the_openapi_description(app_and_ids):
+    app, ids = app_and_ids
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+    failures: list[str] = []
+    calls: dict[int, int] = {}
+    for operation in [result.ok() for result in schema.get_all_operations()]:
+        for kind, headers, path in _credential_kinds(operation, ids):
+            for mode in MODES:
+                strategy = operation.as_strategy(generation_mode=mode, headers=headers or None,
+                                                 path_parameters=path or None)
+                _explore(strategy, f"{operation.label} [{kind}, {mode.value}]", failures, calls, conformance=True)
+    assert not failures, f"{len(failures)} answers differ from the OpenAPI description:\n" + "\n".join(sorted(set(failures))[:40])
+    assert {401, 404, 422} <= set(calls)
+
+
+def test_405_names_every_method_of_the_path(app_and_ids):
+    from fastapi.testclient import TestClient
+
+    app, _ids = app_and_ids
+    with TestClient(app) as client:
+        r = client.delete("/api/jobs")
+        assert r.status_code == 405
+        assert set(r.headers["Allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+        assert r.json() == {"detail": {"reason": "method DELETE not allowed; allowed: GET, POST"}}
+        r = client.put("/api/access-requests")
+        assert r.status_code == 405 and r.headers["Allow"] == "POST"

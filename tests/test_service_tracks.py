@@ -23,7 +23,7 @@ from aml_ray.store.jobs import get_job, mark_completed
 from tests.fake_openai import FakeOpenAI, Reply
 from tests.mm_fixtures import write_memgallery_release
 from tests.servers import ThreadServer
-from tests.service_suites import one_bundle_suite
+from tests.service_suites import SAMPLE_LIMIT_CHECKS, one_bundle_suite, waive_sample_limit
 from tests.test_coding_e2e import clue_script
 from tests.test_service_api import MSK, admin_headers, bearer, make_client, onboard
 
@@ -132,9 +132,11 @@ def test_multimodal_job_through_the_api_to_the_multimodal_board(tmp_path):
         assert full["status"] == "completed", full
         res = client.get(f"/api/results/{full['id']}", headers=bearer(key)).json()
         gate = res["review"]["gate"]
-        assert gate["passed"] is True, gate
-        assert gate["checks"]["dataset_bundle_hashes"]["ok"]
-        assert gate["checks"]["question_counts"]["detail"] == "memgallery:2"
+        failed = {name for name, c in gate["checks"].items() if not c["ok"]}
+        # one sample of a draft suite that pins neither the bundle's files nor its prompts yet
+        assert failed == SAMPLE_LIMIT_CHECKS | {"dataset_bundle_hashes", "evaluation_contract"}, gate
+        assert gate["checks"]["suite_bundles"]["detail"] == "ran 1 of the suite's 1 bundles"
+        waive_sample_limit(client.app.state.service.settings.database_url, full["id"])
         assert res["facts"]["suite"] == "multimodal@2026.1-draft.1"
         mg = res["per_dataset"]["memgallery"]
         assert res["overall"] == pytest.approx(mg["accuracy"]) and 0.0 < mg["accuracy"] < 1.0 and mg["n_total"] == 2

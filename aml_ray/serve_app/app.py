@@ -2,7 +2,8 @@
 
 The store is migrated to head at start-up; the job dispatcher starts with the app's lifespan. A track
 whose suite cannot run here (bundle files missing) is logged as an operator error at start
-(:func:`aml_ray.serve_app.tracks.suite_problems`). Request bodies over ``settings.max_body_bytes`` get 413.
+(:func:`aml_ray.serve_app.tracks.suite_problems`). Request bodies over ``settings.max_body_bytes`` get 413;
+a state-changing request from another origin gets 403 (:mod:`aml_ray.serve_app.origin_check`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from fastapi.staticfiles import StaticFiles
 
 import aml_ray
 from aml_ray.security import SecretBox
+from aml_ray.serve_app.admission import Admission
 from aml_ray.serve_app.deps import Service
-from aml_ray.serve_app.errors import install_error_handlers
-from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, jobs, keys,
-                                      leaderboard, pages, results)
+from aml_ray.serve_app.errors import error_responses, install_error_handlers
+from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, health,
+                                      jobs, keys, leaderboard, pages, results)
 from aml_ray.serve_app.templating import STATIC_DIR
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.serve_app.limits import install_body_limit
+from aml_ray.serve_app.origin_check import install_same_origin_writes
 from aml_ray.store import make_engine, session_factory, upgrade
 
 
@@ -41,7 +44,8 @@ def build_service(settings: ServiceSettings) -> Service:
     engine = make_engine(settings.database_url, schema=settings.db_schema)
     upgrade(engine)
     service = Service(settings=settings, engine=engine, sessions=session_factory(engine),
-                      box=SecretBox(settings.master_keys))
+                      box=SecretBox(settings.master_keys),
+                      admission=Admission(settings.access_requests_per_minute, settings.max_health_checks))
     if settings.run_worker:
         from aml_ray.serve_app.dispatch import JobDispatcher
         from aml_ray.serve_app.tracks import suite_problems
@@ -81,9 +85,14 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     app.state.service = service
     install_error_handlers(app)
     install_body_limit(app, settings.max_body_bytes)
+    install_same_origin_writes(app, settings.trusted_origins)
+    body = (400, 403, 413, 422)  # any route with a body: unparseable, cross-origin, too large, invalid
+    documented = {access: (*body, 401, 404, 409, 429, 503), jobs: (*body, 401, 404, 409, 429, 503),
+                  keys: (401, 422), results: (401, 404, 422), admin: (*body, 401, 404, 409, 503),
+                  leaderboard: (404, 422), pages: (422,)}
     for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
-                   docs_pages):
-        app.include_router(module.router)
+                   docs_pages, health):
+        app.include_router(module.router, responses=error_responses(*documented.get(module, ())))
     # /docs and /redoc assets from the fastapi-offline package (no CDN), then the pages' own assets
     app.mount(docs_pages.DOCS_STATIC, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -16,6 +16,7 @@ from aml_ray.store.keys import find_key
 from aml_ray.store.models import LeaderboardKey
 
 if TYPE_CHECKING:
+    from aml_ray.serve_app.admission import Admission
     from aml_ray.serve_app.dispatch import JobDispatcher
 
 ADMIN_ACTOR = "admin"
@@ -31,6 +32,7 @@ class Service:
         sessions: the session factory.
         box: encrypts and decrypts Memory System Keys.
         worker: the replica's job dispatcher (None when ``settings.run_worker`` is off).
+        admission: the replica's access-request rate limit and health-check slots.
     """
 
     settings: ServiceSettings
@@ -38,6 +40,7 @@ class Service:
     sessions: sessionmaker[Session]
     box: SecretBox
     worker: JobDispatcher | None = None
+    admission: Admission | None = None
 
 
 def get_service(request: Request) -> Service:

@@ -71,6 +71,11 @@ class JobDispatcher:
             except Exception:  # noqa: BLE001 - already gone; an orphan exits by itself (STANDBY_IDLE_S)
                 pass
 
+    @property
+    def alive(self) -> bool:
+        """True while the dispatcher thread runs (started and not stopped)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
     def submit(self, job_id: str) -> None:
         """A job was queued through this replica: look at the queue now."""
         self._wake.set()

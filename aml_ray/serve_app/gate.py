@@ -13,21 +13,14 @@ the suite names.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from aml_ray.config import cache_dir
-from aml_ray.datasets.registry import get_dataset
 from aml_ray.run.provenance import pipeline_code_hash
-from aml_ray.prompts import load_prompt
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.store.models import Job, PublicSubmission, Review
-
-#: Formal Top K (seed: "formal external evaluations use 100").
-FORMAL_TOP_K = 100
 
 
 def run_facts(run_info: dict[str, Any]) -> dict[str, Any]:
@@ -37,7 +30,8 @@ def run_facts(run_info: dict[str, Any]) -> dict[str, Any]:
         run_info: the content of run.json.
 
     Returns:
-        Models, prompts (sha256), Top K, pipeline hash, dataset hash and counts, Add outcomes, wall time.
+        Models, prompts (sha256), Top K, pipeline hash, dataset hash, whether its files match the suite's
+        pins, and counts, Add outcomes, the sample limit, wall time.
     """
     ds = run_info["dataset"]
     return {
@@ -46,6 +40,7 @@ def run_facts(run_info: dict[str, Any]) -> dict[str, Any]:
         "prompts": {p.get("name", key): p["sha256"] for key, p in run_info["prompts"].items()},
         "top_k": run_info["top_k"], "pipeline_code_sha256": run_info["pipeline_code_sha256"],
         "datasets": {ds["name"]: {"sha256": ds["sha256"], "hash_mismatch_allowed": ds["hash_mismatch_allowed"],
+                                  "files_match": bool((run_info.get("bundle") or {}).get("files_match")),
                                   "samples": ds["samples"], "questions": ds["questions"],
                                   "scorable_questions": ds["scorable_questions"]}},
         "adds": {"ok": run_info["adds"]["ok"], "failed": run_info["adds"]["failed"]},
@@ -72,42 +67,30 @@ def suite_facts(per_bundle: list[dict[str, Any]], *, suite: str) -> dict[str, An
             "wall_s": round(sum(f["wall_s"] for f in per_bundle), 3)}
 
 
-def release_baseline(settings: ServiceSettings, track: str, bundles) -> dict[str, Any]:
-    """What a publishable full run of ``track`` must match on this deployment.
+def release_baseline(settings: ServiceSettings, track: str) -> dict[str, Any]:
+    """What a publishable full run of ``track`` must match: the pins of the track's suite file, never what
+    this deployment happens to run (its bundles present, its ``AML_FULL_SAMPLES``).
 
     Args:
-        settings: the service settings (the track's suite, full-run sample limit).
+        settings: the service settings (which suite file the track uses).
         track: the track.
-        bundles: the job's :class:`aml_ray.serve_app.tracks.JobBundle` list (the suite's bundles here).
 
     Returns:
-        ``{"suite", "answer_model", "judge_model", "prompts", "top_k", "pipeline_code_sha256", "datasets"}``;
-        the models are the suite's locked ones.
+        ``{"suite", "answer_model", "judge_model", "prompts": {name: pinned sha256}, "top_k",
+        "pipeline_code_sha256", "datasets": {dataset: {"bundle", "pinned", "questions"}}}`` over the suite's
+        primary bundles (a bundle marked ``substitute_for`` is not part of the release); ``questions`` is
+        the suite's expected total (None when the suite does not know it).
     """
     from aml_ray.serve_app.tracks import track_suite
 
     suite = track_suite(settings, track)
-    datasets, prompts = {}, {}
-    for bundle in bundles:
-        datasets[bundle.dataset] = _dataset_baseline(bundle.dataset, str(bundle.path), settings.full_limit_samples)
-        spec = get_dataset(bundle.dataset)
-        for prompt in (spec.answer_prompt, spec.judge_prompt):
-            prompts[prompt] = load_prompt(prompt).sha256
+    primaries = [b for b in suite.bundles if b.substitute_for is None]
     return {"suite": f"{suite.name}@{suite.version}", "answer_model": suite.models.answer,
-            "judge_model": suite.models.judge, "prompts": prompts, "top_k": suite.top_k or FORMAL_TOP_K,
-            "pipeline_code_sha256": pipeline_code_hash(), "datasets": datasets}
-
-
-@lru_cache(maxsize=16)
-def _dataset_baseline(name: str, path: str | None, limit: int | None) -> dict[str, Any]:
-    from pathlib import Path
-
-    from aml_ray.suite import path_sha256
-
-    spec = get_dataset(name)
-    file = spec.resolve(Path(path) if path else None, cache_dir(), False)
-    samples = spec.load(file)[:limit] if limit else spec.load(file)
-    return {"sha256": path_sha256(file), "questions": sum(len(s.questions) for s in samples)}
+            "judge_model": suite.models.judge,
+            "prompts": {p.name: p.sha256 for b in primaries for p in b.prompts.values()},
+            "top_k": suite.top_k, "pipeline_code_sha256": pipeline_code_hash(),
+            "datasets": {b.dataset: {"bundle": b.name, "pinned": b.pinned, "questions": b.expected.total}
+                         for b in primaries}}
 
 
 def check(ok: bool, detail: str) -> dict[str, Any]:
@@ -137,7 +120,7 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
         job: the job.
         table: its aggregate rows.
         facts: :func:`run_facts` of its run.
-        baseline: :func:`release_baseline` of its track.
+        baseline: :func:`release_baseline` of its track (the suite file's pins).
 
     Returns:
         ``{"passed": bool, "checks": {name: {"ok": bool, "detail": str}}}``.
@@ -146,10 +129,18 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
     errors = sum(r["n_errors"] for r in overall_rows)
     answer_model = facts["models"]["answer"]["model"]
     ds_facts, ds_base = facts["datasets"], baseline["datasets"]
-    hashes_ok = set(ds_facts) == set(ds_base) and all(
-        ds_facts[d]["sha256"] == ds_base[d]["sha256"] and not ds_facts[d]["hash_mismatch_allowed"] for d in ds_base)
-    counts_ok = set(ds_facts) == set(ds_base) and all(
-        ds_facts[d]["questions"] == ds_base[d]["questions"] for d in ds_base)
+    missing, extra = sorted(set(ds_base) - set(ds_facts)), sorted(set(ds_facts) - set(ds_base))
+    bundles_detail = (f"ran {len(set(ds_facts) & set(ds_base))} of the suite's {len(ds_base)} bundles"
+                      + (f"; missing: {', '.join(missing)}" if missing else "")
+                      + (f"; not in the suite: {', '.join(extra)}" if extra else ""))
+    bad_files = [d for d in ds_base if d in ds_facts and not (ds_base[d]["pinned"] and ds_facts[d].get("files_match")
+                                                                and not ds_facts[d]["hash_mismatch_allowed"])]
+    hashes_ok = not missing and not extra and not bad_files
+    short_counts = [f"{d}: {ds_facts[d]['questions']} of {ds_base[d]['questions']}" for d in ds_base
+                    if d in ds_facts and ds_facts[d]["questions"] != ds_base[d]["questions"]]
+    counts_ok = not missing and not extra and not short_counts and all(
+        v["questions"] is not None for v in ds_base.values())
+    limit = facts.get("limit_samples")
     checks = {
         "full_run_completed": check(job.mode == "full" and job.status == "completed",
                                     f"mode {job.mode}, status {job.status}"),
@@ -166,8 +157,15 @@ def publication_gate(session: Session, job: Job, table: list[dict[str, Any]], fa
                                      f"judge {facts['models']['judge']['model']!r}, top_k {facts['top_k']}"),
         "pipeline_code_hash": check(facts["pipeline_code_sha256"] == baseline["pipeline_code_sha256"],
                                     facts["pipeline_code_sha256"][:12]),
-        "dataset_bundle_hashes": check(hashes_ok, ", ".join(f"{d}:{v['sha256'][:12]}" for d, v in ds_facts.items())),
-        "question_counts": check(counts_ok, ", ".join(f"{d}:{v['questions']}" for d, v in ds_facts.items())),
+        "suite_bundles": check(not missing and not extra, bundles_detail),
+        "dataset_bundle_hashes": check(hashes_ok, "every bundle's files match the suite's sha256 pins" if hashes_ok
+                                       else "files differ from the suite's pins (or are not pinned): "
+                                            + ", ".join(bad_files or missing or extra)),
+        "question_counts": check(counts_ok, ", ".join(f"{d}:{v['questions']}" for d, v in ds_facts.items())
+                                 if counts_ok else "questions differ from the suite's: "
+                                 + "; ".join(short_counts or [f"{d}: not run" for d in missing] or ["unknown totals"])),
+        "all_samples": check(limit is None, "every sample of every bundle" if limit is None else
+                             f"limited to {limit} sample(s) per bundle (AML_FULL_SAMPLES): never publishable"),
         "unique": unique_check(session, job),
     }
     return {"passed": all(c["ok"] for c in checks.values()), "checks": checks}

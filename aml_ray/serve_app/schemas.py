@@ -7,11 +7,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
+from aml_ray.serve_app.text_fields import Line, Text
+
 Track = Literal["textual", "multimodal", "coding"]
 Division = Literal["open_source", "commercial"]
 AuthScheme = Literal["none", "Token", "Bearer", "X-Api-Key"]
 Mode = Literal["smoke", "full"]
 Label = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
+#: Declared capacity bounds ``(least, most)``: concurrent requests, requests per second (0.1 is one request
+#: every 10 s; less would stretch a suite past any retention period) and the per-request timeout in seconds
+#: (the seed's 30-minute upper bound on one Add or Search).
+MAX_IN_FLIGHT = (1, 1024)
+REQUESTS_PER_S = (0.1, 10_000.0)
+TIMEOUT_S = (1.0, 1800.0)
 
 
 class AccessRequestIn(BaseModel):
@@ -22,28 +30,29 @@ class AccessRequestIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: Literal["new_key", "add_version"] = "new_key"
-    contact_name: str = Field(min_length=1, max_length=200)
-    contact_email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
-    organization: str = Field(min_length=1, max_length=200)
-    system_name: str = Field(min_length=1, max_length=200)
+    contact_name: Line = Field(min_length=1, max_length=200)
+    contact_email: Line = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
+    organization: Line = Field(min_length=1, max_length=200)
+    system_name: Line = Field(min_length=1, max_length=200)
     version_label: str = Label
     track: Track
     division: Division
-    description: str = Field(default="", max_length=10_000)
-    public_info: str = Field(default="", max_length=10_000)
-    add_url: str = Field(max_length=2000)
-    search_url: str = Field(max_length=2000)
-    health_url: str | None = Field(default=None, max_length=2000)
-    add_status_url: str | None = Field(default=None, max_length=2000)
+    description: Text = Field(default="", max_length=10_000)
+    public_info: Text = Field(default="", max_length=10_000)
+    add_url: Line = Field(max_length=2000)
+    search_url: Line = Field(max_length=2000)
+    health_url: Line | None = Field(default=None, max_length=2000)
+    add_status_url: Line | None = Field(default=None, max_length=2000)
     auth_scheme: AuthScheme = "none"
     memory_system_key: SecretStr | None = Field(default=None, max_length=4096)
-    max_in_flight: int = Field(default=16, ge=1, le=1024)
-    requests_per_s: float | None = Field(default=None, gt=0, le=10_000)
-    timeout_s: float = Field(default=1800.0, gt=0, le=1800.0)
-    repository_url: str | None = Field(default=None, max_length=500)
+    max_in_flight: int = Field(default=16, ge=MAX_IN_FLIGHT[0], le=MAX_IN_FLIGHT[1])
+    requests_per_s: float | None = Field(default=None, ge=REQUESTS_PER_S[0], le=REQUESTS_PER_S[1],
+                                         allow_inf_nan=False)
+    timeout_s: float = Field(default=1800.0, ge=TIMEOUT_S[0], le=TIMEOUT_S[1], allow_inf_nan=False)
+    repository_url: Line | None = Field(default=None, max_length=500)
     commit: str | None = Field(default=None, max_length=64, pattern=r"^[0-9a-fA-F]{7,64}$")
-    attribution: str | None = Field(default=None, max_length=10_000)
-    method_changes: str | None = Field(default=None, max_length=10_000)
+    attribution: Text | None = Field(default=None, max_length=10_000)
+    method_changes: Text | None = Field(default=None, max_length=10_000)
 
     @model_validator(mode="after")
     def _rules(self) -> AccessRequestIn:
@@ -98,9 +107,10 @@ class JobIn(BaseModel):
 
 
 class StageOut(BaseModel):
-    """One stage's progress."""
+    """One stage's progress: ``stage`` as stored (``add``...), ``label`` the seed's word (``ingestion``...)."""
 
     stage: str
+    label: str
     done: int
     failed: int = 0
     total: int
@@ -116,6 +126,7 @@ class JobOut(BaseModel):
     run_label: str
     status: str
     stage: str
+    stage_label: str
     progress: float
     stages: list[StageOut]
     error_summary: str | None
@@ -153,7 +164,7 @@ class Decision(BaseModel):
     """An admin rejection reason."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Text = Field(min_length=1, max_length=2000)
 
 
 class LeaderboardRow(BaseModel):

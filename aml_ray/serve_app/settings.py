@@ -133,6 +133,13 @@ class ServiceSettings:
         retention_days / purge_interval_s: the scheduled evidence purge (:mod:`aml_ray.store.retention`);
             ``purge_interval_s`` None or 0 turns it off.
         max_body_bytes: request bodies larger than this get 413.
+        trusted_origins: origins (``scheme://host[:port]``) besides the request's own whose pages may post
+            to the service (a proxy that rewrites ``Host``); :mod:`aml_ray.serve_app.origin_check`.
+        health_timeout_s: the whole health check of an access request's ``health_url``, in seconds.
+        access_requests_per_minute: unauthenticated access requests one client address may submit per
+            minute (:mod:`aml_ray.serve_app.admission`); beyond it, 429 with ``Retry-After``.
+        max_health_checks: health checks running at once per replica; one more answers 503 at once, so
+            slow health URLs never hold the request threads that every page needs.
     """
 
     database_url: str
@@ -162,6 +169,10 @@ class ServiceSettings:
     retention_days: int = DEFAULT_RETENTION_DAYS
     purge_interval_s: float | None = DEFAULT_PURGE_INTERVAL_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    trusted_origins: tuple[str, ...] = ()
+    health_timeout_s: float = 5.0
+    access_requests_per_minute: int = 10
+    max_health_checks: int = 4
 
     def __post_init__(self) -> None:
         if self.max_concurrent_jobs < 1:
@@ -234,7 +245,9 @@ class ServiceSettings:
                    purge_interval_s=purge if "AML_PURGE_INTERVAL_S" in env else DEFAULT_PURGE_INTERVAL_S,
                    max_body_bytes=_number(env, "AML_MAX_BODY_BYTES", int) or DEFAULT_MAX_BODY_BYTES,
                    max_concurrent_jobs=_number(env, "AML_MAX_CONCURRENT_JOBS", int) or DEFAULT_MAX_CONCURRENT_JOBS,
-                   standby_job_actor=env.get("AML_STANDBY_JOB_ACTOR", "1").strip() != "0")
+                   standby_job_actor=env.get("AML_STANDBY_JOB_ACTOR", "1").strip() != "0",
+                   trusted_origins=tuple(o.strip() for o in (env.get("AML_TRUSTED_ORIGINS") or "").split(",")
+                                         if o.strip()))
 
 
 

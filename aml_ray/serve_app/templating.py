@@ -20,7 +20,10 @@ templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 #: Content-Security-Policy of the server-rendered pages: own scripts, styles and images only.
 PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
             "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Content-Type-Options": "nosniff",
+#: ``Referrer-Policy: same-origin``: no URL of a page leaves the site, and the pages' own form posts carry
+#: their real ``Origin`` (under ``no-referrer`` a browser sends ``Origin: null``, which
+#: :mod:`aml_ray.serve_app.origin_check` refuses).
+PAGE_HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "same-origin", "X-Content-Type-Options": "nosniff",
                 "Content-Security-Policy": PAGE_CSP}
 
 

@@ -188,7 +188,7 @@ class JobWorker:
             partial = redact("; ".join(info.get("error") or info["status"] for _, info in runs
                                        if info["status"] != "completed"), secret)
         self._finish(job_id, owner, table, facts, partial=partial, gate=lambda session, job: publication_gate(
-            session, job, table, facts, release_baseline(settings, track, bundles)))
+            session, job, table, facts, release_baseline(settings, track)))
 
     def _finish(self, job_id: str, owner: str, table: list[dict[str, Any]], facts: dict[str, Any], *,
                 gate: Callable[[Any, Any], dict[str, Any]], partial: str | None = None,

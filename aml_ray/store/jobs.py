@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, object_session
 
 from aml_ray.store.errors import Conflict, NotFound
-from aml_ray.store.models import Job, JobStage, QuotaUsage, Version, utcnow
+from aml_ray.store.models import Job, JobStage, LeaderboardKey, QuotaUsage, Version, utcnow
 from aml_ray.store.quotas import check_quota
 
 #: Pipeline stages reported on a job, in order.
@@ -17,11 +17,36 @@ STAGES = ("add", "search", "answer", "judge")
 #: :func:`aml_ray.coding.runner.run_coding` reports them.
 CODING_STAGES = ("attempts",)
 ACTIVE = ("queued", "running")
+#: The seed's words for the pipeline's stages ("ingestion, retrieval, answering, scoring, aggregation"), by
+#: the stage names the store keeps; a job's ``stage`` is ``aggregate`` once every stage is done.
+STAGE_WORDS = {"add": "ingestion", "search": "retrieval", "answer": "answering", "judge": "scoring",
+               "aggregate": "aggregation", "attempts": "attempts (Add, Search, agent, tests)"}
+
+
+def stage_word(stage: str) -> str:
+    """The word a person reads for ``stage`` (:data:`STAGE_WORDS`); other states (``queued``,
+    ``starting``, ``completed``) read as they are."""
+    return STAGE_WORDS.get(stage, stage)
+
+
+def lock_key(session: Session, key_id: str) -> None:
+    """Hold ``key_id``'s row for the rest of the transaction: a second transaction that locks it waits.
+
+    An ``UPDATE`` of the row (to the same value) is the lock both databases give: PostgreSQL takes the
+    row lock until commit (and in READ COMMITTED the waiter's later reads see the first one's rows); SQLite
+    takes the database's write lock (``BEGIN`` is emitted before the first write), held until commit,
+    waited for up to the engine's busy timeout.
+    """
+    session.execute(update(LeaderboardKey).where(LeaderboardKey.id == key_id)
+                    .values(display_prefix=LeaderboardKey.display_prefix))
 
 
 def create_job(session: Session, *, key_id: str, version: Version, mode: str, run_label: str,
                edition: str, checklist: dict[str, bool] | None = None, now: datetime | None = None) -> Job:
     """Accept a job: check the run label, active jobs, smoke-before-full and the quota, then charge it.
+
+    The checks and the insert are one transaction under :func:`lock_key`: of concurrent submissions for one
+    key, each sees the jobs the earlier ones committed (one smoke per hour holds under a burst).
 
     Args:
         session: an open session.
@@ -40,6 +65,7 @@ def create_job(session: Session, *, key_id: str, version: Version, mode: str, ru
         Conflict: duplicate run label, an active job for this version, or full before a passed smoke.
         QuotaExceeded: the quota for ``mode`` has not reset.
     """
+    lock_key(session, key_id)
     now = now or utcnow()
     if session.scalar(select(Job.id).where(Job.key_id == key_id, Job.run_label == run_label)):
         raise Conflict(f"run label {run_label!r} is already used by this key; choose a new one")

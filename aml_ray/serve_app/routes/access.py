@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
@@ -82,21 +82,26 @@ def validate_urls(body: AccessRequestIn, *, allow_loopback: bool) -> dict:
 
 
 @router.post("", status_code=201, response_model=AccessRequestCreated)
-def submit_access_request(body: AccessRequestIn, session: SessionDep, service: ServiceDep,
+def submit_access_request(body: AccessRequestIn, session: SessionDep, service: ServiceDep, request: Request,
                           key: Annotated[LeaderboardKey | None, Depends(optional_key)]) -> AccessRequestCreated:
     """Submit an access request; endpoints are validated and the health URL is called (GET, no redirects).
 
     ``kind="new_key"``: approval issues a new Leaderboard API key. ``kind="add_version"``: send your key in
     ``Authorization: Bearer``; approval binds the version to it. The Memory System Key is encrypted at rest
     and never returned. The answer's ``status_token`` is shown once.
+
+    Refusals: 429 over the per-address rate limit, 503 while every health-check slot is taken
+    (:mod:`aml_ray.serve_app.admission`); both with ``Retry-After``.
     """
+    service.admission.admit(request.client.host if request.client else "unknown")
     if body.kind == "add_version" and key is None:
         raise HTTPException(401, {"reason": "add_version requests must send the existing Leaderboard API key "
                                             "(Authorization: Bearer aml_...)"})
     pinned = validate_urls(body, allow_loopback=service.settings.allow_loopback)
     health = None
     if "health_url" in pinned and service.settings.health_check:
-        ok, health = check_health(pinned["health_url"])
+        with service.admission.health_slot():
+            ok, health = check_health(pinned["health_url"], timeout_s=service.settings.health_timeout_s)
         if not ok:
             raise HTTPException(422, {"reason": f"health check failed: GET health_url gave {health}; any 2xx "
                                                 "is healthy"})

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from aml_ray.serve_app.deps import ServiceDep, SessionDep
@@ -60,7 +61,9 @@ async def apply_submit(request: Request, session: SessionDep, service: ServiceDe
             key = find_key(session, existing) if existing else None
             if key is None:
                 raise ValueError("existing_key: a new version needs your valid Leaderboard API key")
-        created = submit_access_request(AccessRequestIn.model_validate(body), session, service, key)
+        # in the thread pool: the health check blocks, and this route's event loop serves every request
+        created = await run_in_threadpool(submit_access_request, AccessRequestIn.model_validate(body), session,
+                                          service, request, key)
     except (*REFUSALS, ValueError) as exc:
         session.rollback()
         status_code, messages = refusal_messages(exc) if isinstance(exc, REFUSALS) else (422, [str(exc)])

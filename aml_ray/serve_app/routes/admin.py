@@ -5,7 +5,7 @@ Every action writes an ``admin_actions`` row in the same transaction as the acti
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 
@@ -19,12 +19,18 @@ from aml_ray.store.keys import rotate_credentials
 from aml_ray.store.results import approve_review, list_reviews, reject_review
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
+#: The ``status`` filter of the admin lists: one decision state, or ``all`` rows.
+StatusFilter = Literal["pending", "approved", "rejected", "all"]
+
+
+def _status(value: StatusFilter) -> str | None:
+    return None if value == "all" else value
 
 
 @router.get("/access-requests", response_model=list[AccessRequestOut])
-def access_requests(admin: AdminDep, session: SessionDep, status: str | None = "pending") -> list[AccessRequestOut]:
-    """Access requests (default: pending ones)."""
-    return [request_out(r) for r in list_access_requests(session, status)]
+def access_requests(admin: AdminDep, session: SessionDep, status: StatusFilter = "pending") -> list[AccessRequestOut]:
+    """Access requests, oldest first: ``pending`` (default), ``approved``, ``rejected`` or ``all``."""
+    return [request_out(r) for r in list_access_requests(session, _status(status))]
 
 
 @router.post("/access-requests/{request_id}/approve")
@@ -60,9 +66,10 @@ def _review_out(review) -> dict[str, Any]:
 
 
 @router.get("/reviews")
-def reviews(admin: AdminDep, session: SessionDep, status: str | None = "pending") -> list[dict[str, Any]]:
-    """The review queue (default: pending) with each publication-gate check."""
-    return [_review_out(r) for r in list_reviews(session, status)]
+def reviews(admin: AdminDep, session: SessionDep, status: StatusFilter = "pending") -> list[dict[str, Any]]:
+    """The review queue with each publication-gate check: ``pending`` (default), ``approved``, ``rejected``
+    or ``all``."""
+    return [_review_out(r) for r in list_reviews(session, _status(status))]
 
 
 @router.post("/reviews/{review_id}/approve")

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from aml_ray.serve_app.deps import ServiceDep, SessionDep
 from aml_ray.serve_app.page_forms import refusal_messages
 from aml_ray.serve_app.schemas import Track
+from aml_ray.serve_app.text_fields import Line, Text
 from aml_ray.serve_app.templating import render
 from aml_ray.store.proposals import create_proposal
 
@@ -70,18 +71,18 @@ class ProposalIn(BaseModel):
     """A benchmark proposal (seed: task, provenance, package and license; dataset context, evaluation goal)."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
-    contact_name: str = Field(min_length=1, max_length=200)
-    contact_email: str = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
-    benchmark_name: str = Field(min_length=1, max_length=200)
+    contact_name: Line = Field(min_length=1, max_length=200)
+    contact_email: Line = Field(min_length=3, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$")
+    benchmark_name: Line = Field(min_length=1, max_length=200)
     track: Track
-    task: str = Field(min_length=1, max_length=10_000)
-    dataset_context: str = Field(min_length=1, max_length=10_000)
-    evaluation_goal: str = Field(min_length=1, max_length=10_000)
-    metrics: str = Field(min_length=1, max_length=10_000)
-    provenance: str = Field(min_length=1, max_length=10_000)
-    source_url: str = Field(min_length=8, max_length=500, pattern=r"^https?://\S+$")
-    package: str = Field(min_length=1, max_length=10_000)
-    license: str = Field(min_length=1, max_length=200)
+    task: Text = Field(min_length=1, max_length=10_000)
+    dataset_context: Text = Field(min_length=1, max_length=10_000)
+    evaluation_goal: Text = Field(min_length=1, max_length=10_000)
+    metrics: Text = Field(min_length=1, max_length=10_000)
+    provenance: Text = Field(min_length=1, max_length=10_000)
+    source_url: Line = Field(min_length=8, max_length=500, pattern=r"^https?://\S+$")
+    package: Text = Field(min_length=1, max_length=10_000)
+    license: Line = Field(min_length=1, max_length=200)
 
 
 PROPOSAL_FIELDS = tuple(ProposalIn.model_fields)

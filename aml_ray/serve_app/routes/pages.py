@@ -30,7 +30,7 @@ def job_page(request: Request, job_id: Annotated[str, JOB_ID]) -> HTMLResponse:
     response = templates.TemplateResponse(request, "job.html", {"job_id": job_id, "nonce": nonce})
     response.headers.update({
         "Cache-Control": "no-store",
-        "Referrer-Policy": "no-referrer",
+        "Referrer-Policy": "same-origin",
         "X-Content-Type-Options": "nosniff",
         "Content-Security-Policy": (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; img-src data:; "
                                     "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; "
