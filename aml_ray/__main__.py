@@ -1,26 +1,8 @@
-"""The ``aml-ray`` command's entry (pyproject's script) and ``python -m aml_ray``.
-
-Before anything else is imported, ``aml-ray run`` pauses Python's cyclic garbage collector
-(:func:`aml_ray.run.collector.pause`): the start's imports and the dataset's objects are no garbage, and
-its collections cost about 40 ms before the pre-flight's first request (issue 29, the fixed cost). The run
-resumes it before its pipeline starts. Then :func:`aml_ray.cli.main`.
-"""
+"""The ``aml-ray`` command's entry (pyproject's script) and ``python -m aml_ray``: :func:`aml_ray.cli.main`."""
 
 from __future__ import annotations
 
-import sys
-
-
-def main() -> None:
-    """``aml-ray ARGS``: :func:`aml_ray.cli.main`, with the collector paused for ``run``."""
-    if sys.argv[1:2] == ["run"]:
-        from aml_ray.run.collector import pause
-
-        pause()
-    from aml_ray.cli import main as command
-
-    command()
-
+from aml_ray.cli import main
 
 if __name__ == "__main__":
     main()
