@@ -316,6 +316,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             shutdown_ray()
         raise
     own_cluster = started_ray and started_here()  # nobody else can reach it: nothing to share
+    info["ray_cluster"] = _cluster_of_run(own_cluster)
     # the first Adds go from here while the pipeline's actors start (aml_ray.run.head_start)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
@@ -644,6 +645,14 @@ def _start_ray(*, num_cpus: int | None, timings: dict[str, float], command_t0: f
         return init_ray(num_cpus=num_cpus)
     finally:
         timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
+
+
+def _cluster_of_run(own: bool) -> dict[str, Any]:
+    """run.json's ``ray_cluster``: ``{"address": the GCS address, "started_here": whether this run's process
+    started it (else it joined a running one: a warm cluster, ``RAY_ADDRESS``, the service's)}``."""
+    import ray
+
+    return {"address": ray.get_runtime_context().gcs_address, "started_here": own}
 
 
 def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir: RunDir, *,
