@@ -547,9 +547,7 @@ def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_fi
     all four are loaded when the evidence is first read back, in a run of its own process."""
     reported = _evaluate_in_a_process(
         tmp_path, locomo_file,
-        setup=("from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
-               "keep_pandas_out_of_pyarrow()\n"  # as aml-ray run does: pandas would import both numpy modules
-               "import aml_ray.run.evaluation as evaluation\n"
+        setup=("import aml_ray.run.evaluation as evaluation\n"
                "import aml_ray.run.pipeline as pipeline\n"
                "read, seen = pipeline.read_questions, []\n"
                "def watched(*args, **kwargs):\n"
