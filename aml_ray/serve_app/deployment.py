@@ -58,7 +58,11 @@ class AMLService:
     """
 
     def __init__(self, settings: ServiceSettings | None = None):
-        _replica_settings.append(settings)
+        # through the imported module: Serve ships this class by value (cloudpickle), with its own copy of
+        # this module's globals, while build_asgi_app is imported on the replica
+        from aml_ray.serve_app import deployment
+
+        deployment._replica_settings.append(settings)
 
 
 def build(settings: ServiceSettings | None = None):
