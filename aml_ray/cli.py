@@ -7,7 +7,6 @@ run scored what it did (failure attribution, the context-budget curve).
 
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -241,50 +240,45 @@ from aml_ray.coding.cli import coding_app  # noqa: E402
 app.add_typer(coding_app, name="coding")
 
 from aml_ray.datasets.cli import datasets_app; app.add_typer(datasets_app, name="datasets")  # noqa: E402,E702
+from aml_ray.cluster_cli import cluster_app; app.add_typer(cluster_app, name="cluster")  # noqa: E402,E702
 
-
-
-def command_for(args: list[str]):
-    """The click command that runs ``args``: when the first names one of :data:`app`'s commands (``run``...),
-    the group of a copy of :data:`app` that holds only that command, so typer builds its options alone; else
-    :data:`app`'s whole group.
-
-    typer builds every command's click options (their type hints evaluated) before it parses any: about
-    30 ms of CPU before a run's first Add (issue 29, the fixed cost). The one command parses, helps and
-    fails as in the whole group: its usage line still reads ``aml-ray <command>``. (Calling the group is
-    what ``app()`` does, less typer's exception hook, which with pretty exceptions off is Python's own.)
-    """
-    from typer.main import get_command, get_command_name, get_group
-
-    name = args[0] if args else None
-    only = [info for info in app.registered_commands
-            if (info.name or get_command_name(info.callback.__name__)) == name]
-    if len(only) != 1:
-        return get_command(app)
-    one = copy.copy(app)
-    one.registered_commands, one.registered_groups = only, []
-    return get_group(one)
 
 
 def main() -> None:
-    """The ``aml-ray`` command (pyproject's script): :data:`app`, then
-    :func:`aml_ray.run.ray_runtime.exit_process` with its exit code: a fast exit after a run that started its
-    own Ray, which ``aml-ray run`` leaves up for the exit to stop (:func:`~aml_ray.run.ray_runtime.exit_after_command`).
-    An exception that escapes the command is printed (``sys.excepthook``) and ends it with status 1 (130 for
-    Ctrl-C), through the same exit."""
-    from aml_ray import interrupts
-    from aml_ray.run.ray_runtime import exit_after_command, exit_process
+    """The ``aml-ray`` command (pyproject's script): :data:`app` with :func:`aml_ray.interrupts.install`'s
+    Ctrl-C handler.
 
-    interrupts.install()  # Ctrl-C never lands inside logging, where it left a lock held (CI hang)
-    exit_after_command()  # a run may leave its own cluster for exit_process to stop
+    A Ray cluster this process started and still holds is shut down before the process exits
+    (:func:`aml_ray.run.ray_runtime.shutdown_ray`), also after an error or a Ctrl-C. A command a Ctrl-C
+    reached exits with 130 (:data:`aml_ray.interrupts.EXIT_INTERRUPTED`), also when click turned the
+    interrupt into its "Aborted!" or Python dropped it inside a finaliser.
+    """
+    from aml_ray import interrupts
+
+    interrupts.install()
+    code: int | str | None = 0
     try:
-        command_for(sys.argv[1:])()
+        app()
     except SystemExit as exc:
-        exit_process(exc.code)
-    except BaseException:  # never the interpreter's teardown with a cluster of this process's own still up
-        sys.excepthook(*sys.exc_info())
-        exit_process(130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1)
-    exit_process(0)
+        code = exc.code
+    finally:
+        _shutdown_own_ray()
+    if interrupts.came() and code in (0, 1, None):
+        code = interrupts.EXIT_INTERRUPTED
+    sys.exit(code)
+
+
+def _shutdown_own_ray() -> None:
+    """Shut down the local cluster this process started, if it still runs; a Ctrl-C during it is let go."""
+    if "ray" not in sys.modules:
+        return
+    from aml_ray.run.ray_runtime import shutdown_ray, started_here
+
+    try:
+        if started_here():
+            shutdown_ray()
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -267,10 +267,9 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
     Raises:
         typer.Exit: code 1 when the run stopped or ended partial, 2 for an input error found while loading.
     """
-    from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow
+    from aml_ray import interrupts
     from aml_ray.run.preflight import start_preflight
     from aml_ray.run.provenance import start_code_provenance
-    from aml_ray.run.ray_runtime import leave_cluster_to_exit
 
     from aml_ray.reference.baselines import baseline_options
 
@@ -280,10 +279,9 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                           baseline=baseline_options(opts.participant, declared, opts.data, opts.context_budget,
                                                     answer.model, opts.allow_hash_mismatch)) as (label, spec):
         # every option and the dataset are checked (execute): the pre-flight's round trips go beside the
-        # evaluation's imports below and the run's preparation (issue 29, the fixed cost)
+        # evaluation's imports below and the run's preparation
         preflight = start_preflight(spec, run_id=opts.run_id, dataset=declared.name, top_k=opts.top_k)
         start_code_provenance()  # run.json's git commit and code hash, off the path to the first Add
-        keep_pandas_out_of_pyarrow()  # before the evaluation's imports: its tables are built without pandas
         from aml_ray.datasets.fetch import DatasetError
         from aml_ray.run.evaluation import EvaluationConfig, evaluate
         from aml_ray.run.evidence import EvidenceError
@@ -319,9 +317,9 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                             progress.update(tasks[stage], completed=done)
 
             try:
-                # the command ends right after: its cluster is stopped by the exit (ray_runtime.exit_process)
-                result = evaluate(cfg, on_progress=on_progress, num_cpus=opts.num_cpus, preflight=preflight,
-                                  leave_cluster=leave_cluster_to_exit())
+                result = evaluate(cfg, on_progress=on_progress, num_cpus=opts.num_cpus, preflight=preflight)
+                if interrupts.came():  # one Python dropped (raised in a finaliser): the run ended meanwhile
+                    raise KeyboardInterrupt
             except StageFailed as exc:
                 progress.stop()
                 fail(f"run stopped: {exc.summary}\n  evidence so far and run.json (status=failed) are in "

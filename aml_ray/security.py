@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-import aml_ray.aiohttp_tls  # noqa: F401, I001 - first: aiohttp's CA load goes to a thread (its docstring)
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from pydantic import SecretStr

@@ -13,21 +13,18 @@ HEAVY = ("ray", "pyarrow", "polars", "sqlalchemy", "alembic", "bpe_openai", "ope
 
 PROBE = """
 import sys
-from aml_ray.cli import {make}
+from aml_ray.cli import app
 try:
-    {make}({args!r})({args!r}, prog_name="aml-ray")
+    app({args!r}, prog_name="aml-ray")
 except SystemExit:
     pass
 print("LOADED", *sorted(m for m in {heavy!r} if m in sys.modules))
 """
 
 
-def help_output(*args: str, whole_app: bool = False) -> tuple[str, list[str]]:
-    """``aml-ray ARGS`` in a fresh interpreter at 80 columns, through the command ``aml-ray`` runs
-    (:func:`aml_ray.cli.command_for`), or the whole app's group: (its output, heavy modules it loaded)."""
-    make = "(lambda args: __import__('typer').main.get_command(app))" if whole_app else "command_for"
-    code = PROBE.format(args=list(args), heavy=HEAVY, make=make).replace(
-        "from aml_ray.cli import (lambda", "from aml_ray.cli import app\n(lambda", 1)
+def help_output(*args: str) -> tuple[str, list[str]]:
+    """``aml-ray ARGS`` in a fresh interpreter at 80 columns: (its output, heavy modules it loaded)."""
+    code = PROBE.format(args=list(args), heavy=HEAVY)
     env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
     res = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=env, timeout=60)
@@ -36,28 +33,20 @@ def help_output(*args: str, whole_app: bool = False) -> tuple[str, list[str]]:
     return text, loaded.split()
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["coding", "--help"], ["check", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["coding", "--help"], ["check", "--help"],
+                                  ["cluster", "--help"]])
 def test_help_loads_no_heavy_module(args):
     _, loaded = help_output(*args)
     assert loaded == [], f"aml-ray {' '.join(args)} imported {loaded}: import them inside the command"
 
 
-def test_a_command_named_first_is_built_alone_and_reads_as_in_the_whole_app():
-    """``aml-ray run ...`` builds the ``run`` command's options only (typer evaluates every command's type hints
-    when it builds the whole group: about 30 ms before a run's first Add, issue 29); its help and its errors
-    read the same; anything else gets the whole group."""
-    from aml_ray.cli import command_for
-
-    alone = command_for(["run", "--limit-samples", "1"])
-    assert sorted(alone.commands) == ["run"]
-    assert sorted(command_for(["--help"]).commands) == sorted(command_for(["nosuch"]).commands)
-    assert {"run", "check", "coding", "datasets"} <= set(command_for([]).commands)
-    for args in (["run", "--help"], ["check", "--help"], ["run", "--bogus"], ["run", "--limit-samples", "x"]):
-        assert help_output(*args) == help_output(*args, whole_app=True)
+def test_the_usage_line_and_an_unknown_option_read_as_the_command():
     text, _ = help_output("run", "--help")
     assert text.startswith("Usage: aml-ray run [OPTIONS]"), text
     text, _ = help_output("run", "--bogus")
     assert "Error: No such option: --bogus. 'aml-ray run --help' lists the options." in text, text
+    text, _ = help_output("cluster", "--help")
+    assert "up" in text and "down" in text and "status" in text, text
 
 
 def test_run_help_fits_80_columns_with_whole_option_names():

@@ -1,4 +1,4 @@
-"""Issue 29, "cut the fixed cost": the dataset, inputs and pre-flight run beside the Ray start, not before it.
+"""The fixed cost of a run's start: the dataset, inputs and pre-flight run beside the Ray start, not before it.
 
 No Ray is started here: ``init_ray`` and ``run_pipeline`` are replaced in :mod:`aml_ray.run.evaluation`
 (the pipeline's own behaviour is tested in tests/test_pipeline_e2e.py); the pre-flight is the real one
@@ -140,6 +140,7 @@ def test_a_cluster_of_its_own_runs_without_the_client_registry(tmp_path, locomo_
         raise AssertionError(f"the registry was asked to {method}")
 
     monkeypatch.setattr(evaluation, "init_ray", lambda *, num_cpus=None, **kw: True)
+    monkeypatch.setattr(evaluation, "started_here", lambda: True)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     monkeypatch.setattr(shared, "_call", no_registry)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -257,7 +258,7 @@ def _retrieval_run_on_the_reference_system(tmp_path, locomo_file) -> dict:
 
 def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_the_evidence(tmp_path, locomo_file,
                                                                                            monkeypatch):
-    """Issue 29, the run's tail: the isolation check and the evidence recall each read and converted every
+    """The run's tail: the isolation check and the evidence recall each read and converted every
     question's memories (two passes over the evidence; with the reference BM25 participant's 100 memories a
     question, most of ``_score``'s 0.73 s under cProfile); then one pass served both, after the pipeline
     (1.0 s of the README's LoCoMo run's tail). Now a fresh run makes that pass along with the pipeline, on
@@ -304,72 +305,6 @@ def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_th
     assert len(passes) == 2  # made again from the files
 
 
-def test_a_private_cluster_starts_without_the_autoscaler_monitor_and_the_api_server():
-    """``init_ray(private=True)`` (a CLI run's own cluster): the head node's processes are the GCS and the
-    raylet only; the monitor, which ``ray.shutdown()`` waited 1 s for, is not started, nor (a quiet run:
-    nobody reads the workers' output) the log monitor. The cluster records no task events and no metrics
-    (CPU in every process for a dashboard and a state API it does not run). Its DashboardAgent starts
-    ``--minimal`` (no HTTP and gRPC servers), its reporter's pass once an hour: the agent's command in the
-    raylet's, and the environment the raylet passes on to it (the agent's own reads back clobbered by its
-    process title). Ray's own start methods, its dashboard check and this
-    process's environment are put back after the start. In a process of its own (one Ray per process)."""
-    code = ("import json, os, psutil, ray\n"
-            "from ray._private import node, state, utils, worker\n"
-            "from aml_ray.run.ray_runtime import init_ray\n"
-            "saved = node.Node.start_monitor, node.Node.start_log_monitor, utils.get_dashboard_dependency_error\n"
-            "assert init_ray(num_cpus=1, private=True)\n"
-            "assert ray.get(ray.remote(lambda: 41 + 1).options(num_cpus=0).remote()) == 42\n"
-            "config = state.state.get_system_config()\n"
-            "raylet = psutil.Process(worker._global_node.all_processes['raylet'][0].process.pid)\n"
-            "command = next(a for a in raylet.cmdline() if a.startswith('--dashboard_agent_command='))\n"
-            
-            "print(json.dumps([sorted(worker._global_node.all_processes),\n"
-            "                  (node.Node.start_monitor, node.Node.start_log_monitor,\n"
-            "                   utils.get_dashboard_dependency_error) == saved,\n"
-            "                  config.get('task_events_report_interval_ms'), config.get('enable_metrics_collection'),\n"
-            "                  command.split()[-2:], raylet.environ().get('REPORTER_UPDATE_INTERVAL_MS'),\n"
-            "                  os.environ.get('REPORTER_UPDATE_INTERVAL_MS')]))\n"
-            "ray.shutdown()\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REPORTER_UPDATE_INTERVAL_MS")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
-        ["gcs_server", "raylet"], True, 0, False, ["--minimal", "--head"], "3600000", None]
-
-
-def test_other_threads_run_while_a_private_cluster_starts():
-    """``ray.init`` waits for the GCS's port file with Ray's ``wait_for_persisted_port``, which sleeps 100 ms
-    between two looks holding the GIL: the driver's other threads stood still that long (the head start's
-    first Add after the pre-flight's probe came 70-116 ms late in half of the serial bench's runs). The wait
-    is now made without the GIL (``ray_runtime._port_wait_without_gil``): a thread that sleeps 1 ms at a time
-    all through ``init_ray(private=True)`` is never held up 50 ms (8 ms here; 100-106 ms before). In a process
-    of its own, ``ray`` imported first (its import's own stalls are not this one)."""
-    code = ("import json, threading, time\n"
-            "import ray\n"
-            "from aml_ray.run.ray_runtime import init_ray\n"
-            "gaps, done = [], threading.Event()\n"
-            "def tick():\n"
-            "    last = time.perf_counter()\n"
-            "    while not done.is_set():\n"
-            "        time.sleep(0.001)\n"
-            "        now = time.perf_counter()\n"
-            "        gaps.append(now - last)\n"
-            "        last = now\n"
-            "ticker = threading.Thread(target=tick)\n"
-            "ticker.start()\n"
-            "assert init_ray(num_cpus=1, private=True)\n"
-            "done.set()\n"
-            "ticker.join()\n"
-            "assert ray.get(ray.remote(lambda: 41 + 1).options(num_cpus=0).remote()) == 42\n"
-            "print(json.dumps(1000 * max(gaps)))\n"
-            "ray.shutdown()\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a new local cluster, never the session's
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    longest_ms = json.loads(out.stdout.strip().splitlines()[-1])
-    assert longest_ms < 50, longest_ms
-
-
 def _evaluate_in_a_process(tmp_path, locomo_file, *, setup: str, config: str, call: str, report: str,
                            participant: tuple[str, ...]):
     """``evaluate`` of LoCoMo in a Python process of its own, with a local cluster of its own (as ``aml-ray run``
@@ -399,22 +334,18 @@ def _evaluate_in_a_process(tmp_path, locomo_file, *, setup: str, config: str, ca
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_single_stage_run_never_imports_ray_data_or_pandas(tmp_path, locomo_file):
-    """A retrieval-only run (one stage, run without Ray Data) in a process of its own, with its own cluster,
-    started as ``aml-ray run`` starts it (:func:`keep_pandas_out_of_pyarrow` first): the driver never
-    imports ``ray.data`` (0.32 s of CPU with pandas) or pandas (0.24 s). ``init_ray`` used to import
-    ``ray.data`` to set its console and progress settings, now set where a Ray Data pipeline is built;
-    pyarrow imported pandas at the first table the driver built from Python objects."""
+def test_a_single_stage_run_never_imports_ray_data(tmp_path, locomo_file):
+    """A retrieval-only run (one stage, run without Ray Data) in a process of its own, with its own cluster:
+    the driver never imports ``ray.data`` (about 0.3 s of CPU); its console and progress settings are set
+    where a Ray Data pipeline is built."""
     reported = _evaluate_in_a_process(
-        tmp_path, locomo_file,
-        setup="from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\nkeep_pandas_out_of_pyarrow()\n",
-        config="limit_samples=1, retrieval_only=True", call="",
-        report="print(json.dumps([result.run_info['status'], 'ray.data' in sys.modules, 'pandas' in sys.modules]))\n",
+        tmp_path, locomo_file, setup="", config="limit_samples=1, retrieval_only=True", call="",
+        report="print(json.dumps([result.run_info['status'], 'ray.data' in sys.modules]))\n",
         participant=("--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64"))
-    assert reported == ["completed", False, False]
+    assert reported == ["completed", False]
 
 
-#: Modules ``aml-ray run`` does not need before its pre-flight may send (issue 29, the fixed cost): the
+#: Modules ``aml-ray run`` does not need before its pre-flight may send: the
 #: pre-flight's first Add waits for every import made before it.
 NOT_BEFORE_THE_PREFLIGHT = ("polars", "pyarrow", "pandas", "numpy", "httpx", "ray")
 
@@ -455,85 +386,21 @@ def test_evaluate_refuses_a_dataset_with_nothing_to_score_before_any_run_file(tm
     assert not (tmp_path / "run" / "run.json").exists()
 
 
-@pytest.mark.parametrize("ray_here", [True, False])
-def test_exit_process_skips_the_teardown_only_after_its_own_ray_stopped(ray_here):
-    """The command's exit (``aml-ray`` = ``aml_ray.__main__:main``, which calls ``aml_ray.cli.main``): after a run
-    that started and stopped its own Ray, the interpreter's teardown (0.4-0.5 s of Ray's native finalisation) is skipped, the code and the
-    printed output kept; without that Ray the usual exit runs (atexit handlers included)."""
-    code = ("import atexit, sys\n"
-            "from aml_ray.run.ray_runtime import exit_process, init_ray\n"
-            + ("import ray\ninit_ray(num_cpus=1, private=True)\nray.shutdown()\n" if ray_here else "")
-            + "atexit.register(lambda: print('teardown ran'))\n"
-            "print('result printed', end='')\n"
-            "exit_process(3)\n")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 3, out.stderr[-2000:]
-    assert out.stdout == ("result printed" if ray_here else "result printedteardown ran\n")
-
-
-def test_exit_process_after_a_ctrl_c_inside_ray_init_stops_its_ray_and_skips_the_teardown():
-    """A Ctrl-C that lands inside ``ray.init`` (``aml-ray run`` interrupted while Ray starts and the head start
-    sends Adds: tests/test_interrupt.py's head start case) left through ``sys.exit``: the process had not yet
-    marked the cluster as its own, so the teardown ran under a Ray already up (the crash exit_process documents).
-    Here ``ray.init`` starts the cluster and then raises ``KeyboardInterrupt`` before it returns."""
-    out = _exit_script("real = ray.init\n"
-                       "def interrupted(*args, **kwargs):\n"
-                       "    real(*args, **kwargs)\n"
-                       "    raise KeyboardInterrupt\n"
-                       "ray.init = interrupted\n"
-                       "atexit.register(lambda: print('teardown ran'))\n"
-                       "try:\n"
-                       "    init_ray(num_cpus=1, private=True)\n"
-                       "except KeyboardInterrupt:\n"
-                       f"    print({RAYLET_PID}, 'interrupted', end='', flush=True)\n"
-                       "exit_process(130)\n")
-    raylet, said = out.stdout.split(" ", 1)
-    assert out.returncode == 130 and said == "interrupted", out.stdout + out.stderr[-2000:]
-    assert _ended(int(raylet))
-
-
-#: The pid of the raylet of the cluster a script started (an expression in its code).
-RAYLET_PID = "ray._private.worker._global_node.all_processes['raylet'][0].process.pid"
-
-
-def _exit_script(body: str) -> subprocess.CompletedProcess:
-    """``body`` run in a process of its own (no ``RAY_ADDRESS``: a cluster of its own), after ``atexit``, ``sys``,
-    ``ray`` and ray_runtime's ``exit_process`` and ``init_ray`` are imported; its output captured."""
-    code = "import atexit, sys\nimport ray\nfrom aml_ray.run.ray_runtime import exit_process, init_ray\n" + body
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-
-
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` is gone (or a zombie) within 5 s: the kernel kills a driver's fate-shared raylet
-    as the driver ends, not before the driver's exit status is read (seen "running" for an instant under load)."""
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(pid) and time.monotonic() < deadline:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        time.sleep(0.05)
-    return not psutil.pid_exists(pid)
-
-
-def test_exit_process_after_an_interrupted_shutdown_stops_its_ray_and_skips_the_teardown():
-    """Ctrl-C inside the run's own ray.shutdown() left Ray up; the command then left through sys.exit, whose
-    teardown destroyed Ray's core worker under its running I/O thread: `aml-ray run` died of SIGSEGV after
-    printing "interrupted" (a core file: TaskManager::RecordMetrics under CoreWorkerProcess::HandleAtExit).
-    Now exit_process shuts that Ray down and leaves without the teardown, with the code asked for."""
-    out = _exit_script("init_ray(num_cpus=1, private=True)\n"
-                       "atexit.register(lambda: print('teardown ran'))\n"
-                       f"print({RAYLET_PID}, end=' ', flush=True)\n"
-                       "exit_process(130)\n")
-    assert out.returncode == 130, out.stderr[-2000:]
-    raylet = int(out.stdout.split()[0])
-    assert out.stdout == f"{raylet} "  # no teardown: the atexit handler did not run
-    assert _ended(raylet)
+def test_the_process_start_is_not_put_before_the_process_existed():
+    """run.json's wall_s counts from the process start: read with /proc/stat's whole-second btime, that start
+    came up to 1 s early, and a run's wall_s could exceed the time it took (17.3 s for 16.97 s)."""
+    for _ in range(3):
+        before = time.time()
+        out = subprocess.run([sys.executable, "-c", "from aml_ray.run.evaluation import process_started_at\n"
+                              "import time\nprint(process_started_at(), time.time())"],
+                             capture_output=True, text=True, timeout=60, check=True)
+        after = time.time()
+        started, now = map(float, out.stdout.split())
+        assert before - 0.02 <= started <= now <= after  # /proc's 10 ms ticks
 
 
 def test_aml_ray_run_computes_the_code_provenance_beside_the_preflight(tmp_path, locomo_file):
-    """Issue 29, the path to the first Add: run.json's git commit (a ``git rev-parse`` child) and pipeline
+    """The path to the first Add: run.json's git commit (a ``git rev-parse`` child) and pipeline
     code hash were computed in the run's preparation, which the first Add waits for (0.08-0.13 s in traced
     runs while Ray started beside it). ``aml-ray run`` now starts them in a thread of their own right after
     the pre-flight (:mod:`aml_ray.run.provenance`), and run.json still records them. In a process of its
@@ -579,13 +446,10 @@ def _cluster_processes(ray_tmpdir: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_aml_ray_run_leaves_its_cluster_to_the_exit_which_stops_it_without_waiting(tmp_path, locomo_file):
-    """Issue 29, the run's tail: ``aml-ray run`` waited for ``ray.shutdown()`` of its own cluster before it
-    exited (0.06-0.14 s or 0.30-0.34 s, most of it the raylet's graceful stop on SIGTERM, after the scoring;
-    docs/ray-notes.md). The run now leaves the cluster to the command's exit, which stops it at once
-    (:func:`aml_ray.run.ray_runtime.stop_cluster_at_exit`): the raylet never gets a SIGTERM, and no process
-    of the cluster outlives the command (Ray's agents, which outlive a raylet killed alone, included);
-    the run's status, results and exit code are as before."""
+def test_aml_ray_run_stops_its_own_cluster_and_leaves_no_process_of_it(tmp_path, locomo_file):
+    """``aml-ray run`` with a cluster of its own shuts it down with ``ray.shutdown()`` beside the scoring
+    (run.json's ``ray_shutdown_s``), and no process of the cluster outlives the command (Ray's agents and
+    workers included); the run's status, results and exit code are the run's."""
     from scripts.loopback_servers import ServerProcess
 
     ray_tmp = tempfile.mkdtemp(prefix="amlx-", dir="/tmp")  # short: Ray's socket paths live under it
@@ -602,12 +466,11 @@ def test_aml_ray_run_leaves_its_cluster_to_the_exit_which_stops_it_without_waiti
         left = _cluster_processes(ray_tmp)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     info = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert info["status"] == "completed" and "ray_shutdown_s" not in info["timings"]
+    assert info["status"] == "completed" and info["timings"]["ray_shutdown_s"] > 0
+    assert info["ray_cluster"]["started_here"] is True
     assert "samples 1, chunks 28" in out.stdout
     assert left == []
-    raylet_log = next(Path(ray_tmp).glob("session_2*/logs/raylet.out")).read_text()
     shutil.rmtree(ray_tmp, ignore_errors=True)
-    assert "Raylet of id" in raylet_log and "received SIGTERM" not in raylet_log
 
 
 _WARM_CODE = """
@@ -636,7 +499,7 @@ print(sorted(m for m in ("bpe_openai", "nltk.stem.porter", "nltk.translate.bleu_
 
 @pytest.mark.parametrize("where", ["ingest", "ray_data_stages"])
 def test_the_models_first_use_imports_are_made_before_the_first_batch(tmp_path, where):
-    """Issue 29: the offline judge imported nltk (its stemmer and BLEU, 0.16 s of CPU by py-spy) on the first
+    """The offline judge imported nltk (its stemmer and BLEU, 0.16 s of CPU by py-spy) on the first
     task's rows, after that task's last Search; the Ingest actor's loading thread, and a Ray Data stage's
     constructor with ``warm_up``, now make the tokenizer's and nltk's imports while the Adds run."""
     out = subprocess.run([sys.executable, "-c", _WARM_CODE, where, str(tmp_path)], capture_output=True, text=True,
@@ -646,7 +509,7 @@ def test_the_models_first_use_imports_are_made_before_the_first_batch(tmp_path, 
 
 
 def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_path, locomo_file):
-    """Issue 29: a Ray worker process costs about 1 % of a core for as long as the run lasts (Ray's 10 ms
+    """A Ray worker process costs about 1 % of a core for as long as the run lasts (Ray's 10 ms
     signal check; docs/ray-notes.md) and a second of CPU to start; the ProgressTracker actor took 0.47-0.52 ms
     a question at full rate against a one-at-a-time participant. In a cluster of its own, a single-stage run
     keeps the tracker in its Ingest actor: no ``ray::ProgressTracker`` process, and the progress the driver
@@ -677,16 +540,14 @@ def test_a_private_single_stage_run_keeps_its_progress_in_the_ingest_actor(tmp_p
 
 
 def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_file):
-    """Issue 29, the run's tail: the scoring's first bootstrap interval imported ``numpy.random`` and
+    """The run's tail: the scoring's first bootstrap interval imported ``numpy.random`` and
     ``numpy.ma``, and ``ray.shutdown()`` beside it ``ray.dag`` (about 0.04 s of CPU, after the last Search);
     the pipeline's last step, reading the question evidence back, imported ``pyarrow.dataset`` at Parquet's
     first read (0.05 s). They are imported while the pipeline runs (:func:`aml_ray.run.evaluation.warm_tail`):
     all four are loaded when the evidence is first read back, in a run of its own process."""
     reported = _evaluate_in_a_process(
         tmp_path, locomo_file,
-        setup=("from aml_ray.run.no_pandas import keep_pandas_out_of_pyarrow\n"
-               "keep_pandas_out_of_pyarrow()\n"  # as aml-ray run does: pandas would import both numpy modules
-               "import aml_ray.run.evaluation as evaluation\n"
+        setup=("import aml_ray.run.evaluation as evaluation\n"
                "import aml_ray.run.pipeline as pipeline\n"
                "read, seen = pipeline.read_questions, []\n"
                "def watched(*args, **kwargs):\n"
@@ -703,7 +564,7 @@ def test_the_tails_first_use_imports_are_made_during_the_run(tmp_path, locomo_fi
 
 @pytest.mark.usefixtures("ray_session")
 def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(tmp_path, locomo_file, monkeypatch):
-    """Issue 29, the run's tail: with the offline models in the Ingest actor, a sample's last
+    """The run's tail: with the offline models in the Ingest actor, a sample's last
     ``ANSWERED_LAST_ROWS`` questions are searched in a call of their own, and the others are answered and
     judged as their Searches return, so they are counted while the sample's last Search is still held at the
     participant. Before, a sample was answered
@@ -717,7 +578,6 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
     from scripts.loopback_servers import add_reply, search_reply
     from tests.servers import ThreadServer
 
-    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: False, raising=False)  # the session's Ray
     from aml_ray.datasets.registry import get_dataset
     from aml_ray.ids import IdScheme
     from aml_ray.run.inputs import build_inputs
@@ -754,56 +614,3 @@ def test_a_samples_first_parts_are_answered_while_its_last_search_is_still_out(t
         result = evaluate(cfg, on_progress=seen)
     assert result.run_info["status"] == "completed"
     assert searches == {"n": expected_searches, "released by the answers": True}
-
-
-def test_aml_ray_run_pauses_the_garbage_collector_for_its_start_and_no_other_command_does():
-    """The entry (``aml-ray`` = ``aml_ray.__main__:main``) pauses Python's cyclic collector for ``run`` only: its
-    start's collections cost 41-44 ms before the pre-flight's first request (3 runs, ``gc.callbacks``; issue
-    29), and only a run resumes it (before its pipeline). ``aml_ray.cli.main`` is replaced by a report."""
-    code = ("import gc, sys\n"
-            "import aml_ray.cli\n"
-            "aml_ray.cli.main = lambda: print('collecting' if gc.isenabled() else 'paused')\n"
-            "from aml_ray.__main__ import main\n"
-            "sys.argv = ['aml-ray', *sys.argv[1:]]\n"
-            "main()\n")
-    said = {args[0]: subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                                    timeout=60).stdout.strip()
-            for args in (["run", "--help"], ["check", "--help"], ["serve"], ["--help"])}
-    assert said == {"run": "paused", "check": "collecting", "serve": "collecting", "--help": "collecting"}
-
-
-def test_a_paused_collector_stays_paused_through_the_start_and_runs_again_with_the_pipeline(tmp_path, locomo_file,
-                                                                                          monkeypatch):
-    """:func:`aml_ray.run.collector.pause` (the entry's, for ``aml-ray run``): the collector is still off while
-    Ray starts, and on again, with the start's objects frozen, when the pipeline starts; the run completes.
-    An evaluation in a process that never paused it leaves the collector alone (the run before)."""
-    import gc
-
-    from aml_ray.run import collector
-
-    seen: dict[str, bool] = {}
-    start_ray, run_pipeline = evaluation._start_ray, pipeline_module.run_pipeline
-
-    def starting_ray(**kwargs):
-        seen["collecting while Ray starts"] = gc.isenabled()
-        return start_ray(**kwargs)
-
-    def pipeline(*args, **kwargs):
-        seen["collecting when the pipeline starts"] = gc.isenabled()
-        seen["start's objects frozen"] = gc.get_freeze_count() > 0
-        return run_pipeline(*args, **kwargs)
-
-    monkeypatch.setattr(evaluation, "_start_ray", starting_ray)
-    monkeypatch.setattr(pipeline_module, "run_pipeline", pipeline)
-    assert _retrieval_run_on_the_reference_system(tmp_path / "alone", locomo_file)["status"] == "completed"
-    assert seen == {"collecting while Ray starts": True, "collecting when the pipeline starts": True,
-                    "start's objects frozen": False}
-    collector.pause()
-    try:
-        assert _retrieval_run_on_the_reference_system(tmp_path / "paused", locomo_file)["status"] == "completed"
-    finally:
-        collector.resume()
-        gc.unfreeze()
-        gc.enable()
-    assert seen == {"collecting while Ray starts": False, "collecting when the pipeline starts": True,
-                    "start's objects frozen": True}

@@ -1,11 +1,10 @@
-"""Issue 29, the fixed cost: the driver sends the first Adds while Ray starts, and hands over without a
-duplicate (aml_ray.run.head_start).
+"""The head start: on a cluster of its own, the driver sends the first Adds while the pipeline's actors start,
+and hands over to the Ingest stage without a duplicate (aml_ray.run.head_start).
 
 Against real loopback participants: scripts/loopback_servers.py in its own process (it counts the
 requests it served and the most it held at once), and small FastAPI apps in a thread for the failing
-ones. The run in the first test uses the session's Ray: ``init_ray`` is replaced by a "slow Ray start"
-that returns only once Adds have been journalled, which the old order (every Add from the Ingest actor,
-after the Ray start) can never do.
+ones. The runs use the session's Ray as if the run had started it (:func:`own_cluster`); in the first test
+the pipeline starts only once Adds have been journalled, which no Add from the Ingest actor can do.
 """
 
 from __future__ import annotations
@@ -35,28 +34,44 @@ OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpo
 GUARD_S = 20
 
 
+def own_cluster(monkeypatch, before_pipeline=None) -> None:
+    """Let :func:`evaluate` treat the session's Ray as a cluster it started (the head start's case, as on a
+    command line's own cluster) without shutting it down; ``before_pipeline()`` runs before the pipeline
+    starts (a slow actor start)."""
+    import aml_ray.run.pipeline as pipeline
+
+    monkeypatch.setattr(evaluation, "init_ray", lambda **kw: True)
+    monkeypatch.setattr(evaluation, "started_here", lambda: True)
+    monkeypatch.setattr(evaluation, "shutdown_ray", lambda: [])
+    if before_pipeline is not None:
+        original = pipeline.run_pipeline
+
+        def slow_start(*args, **kw):
+            before_pipeline()
+            return original(*args, **kw)
+
+        monkeypatch.setattr(pipeline, "run_pipeline", slow_start)
+
+
 def journalled(run_dir: RunDir) -> int:
     """Add journal lines written so far, over every sample."""
     return sum(len(p.read_text().splitlines()) for p in run_dir.adds.glob("*.jsonl")) if run_dir.adds.exists() else 0
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_the_first_adds_go_while_ray_starts_and_no_add_is_sent_twice(tmp_path, locomo_file, monkeypatch):
-    """Adds are journalled before the Ray start returns; then every chunk's Add reached the participant once
+def test_the_first_adds_go_while_the_pipeline_starts_and_no_add_is_sent_twice(tmp_path, locomo_file, monkeypatch):
+    """Adds are journalled before the pipeline starts; then every chunk's Add reached the participant once
     (the server's count is the chunks plus the pre-flight probe) and never more than the declared 2 at once."""
     run_dir = RunDir(tmp_path / "run")
     seen: dict[str, int] = {}
 
-    def slow_ray_start(*, num_cpus=None, **kw):
+    def slow_pipeline_start():
         deadline = time.monotonic() + GUARD_S
         while journalled(run_dir) < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
-        seen["adds journalled before Ray started"] = journalled(run_dir)
-        seen["a private cluster"] = kw.get("private")
-        return False  # the session's Ray: nothing to shut down
+        seen["adds journalled before the pipeline started"] = journalled(run_dir)
 
-    monkeypatch.setattr(evaluation, "init_ray", slow_ray_start)
-    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: True, raising=False)  # as on a CLI's first start
+    own_cluster(monkeypatch, slow_pipeline_start)
     with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "120", "--capacity", "64") as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
                                max_in_flight=2, adaptive_concurrency=False)
@@ -64,8 +79,7 @@ def test_the_first_adds_go_while_ray_starts_and_no_add_is_sent_twice(tmp_path, l
                                            data_path=locomo_file, limit_samples=2, **OFFLINE))
         stats = server.stats()
     info = result.run_info
-    assert seen["adds journalled before Ray started"] >= 5
-    assert seen["a private cluster"] is True  # started without the monitor and API server (test_fixed_cost.py)
+    assert seen["adds journalled before the pipeline started"] >= 5
     assert info["status"] == "completed", info.get("error")
     chunks = info["dataset"]["chunks"]
     assert stats["n"]["add"] == chunks + 1  # each chunk once, and the pre-flight's probe
@@ -191,8 +205,7 @@ def test_the_failure_budget_counts_the_adds_the_head_start_sent(tmp_path, locomo
     from aml_ray.run.pipeline import StageFailed
     from tests.dying_participants import FAST_RETRY, FailingParticipant
 
-    monkeypatch.setattr(evaluation, "init_ray", lambda **kw: False)  # the session's Ray
-    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: True, raising=False)  # as on a CLI's first start
+    own_cluster(monkeypatch)
     snapshots: list[dict] = []
     with FailingParticipant(die_after_adds=3) as dying:
         spec = ParticipantSpec(add_url=f"{dying.base_url}/add", search_url=f"{dying.base_url}/search",
@@ -253,9 +266,8 @@ def _holding_participant(hold_user: str, hold_at: int, handed_over, seen: dict, 
 @pytest.mark.usefixtures("ray_session")
 def test_the_ingest_stage_takes_a_sample_over_while_the_head_start_still_has_another_samples_add_out(
         tmp_path, locomo_file, monkeypatch):
-    """Issue 29, the handover: it waited for the head start's last Add of every sample before the Ingest stage
-    sent any, so a one-at-a-time participant idled 20-80 ms there (docs/benchmarks.md). Now each sample goes on
-    in the Ingest stage as soon as the head start has no Add of it out: with one sample's Add held at the
+    """The handover: each sample goes on in the Ingest stage as soon as the head start has no Add of it out
+    (waiting for the head start's last Add of every sample left a one-at-a-time participant idle): with one sample's Add held at the
     participant, the other sample's next Add arrives from the Ingest stage meanwhile. The declared limit
     holds across both clients, and every chunk is added once."""
     import threading
@@ -273,12 +285,7 @@ def test_the_ingest_stage_takes_a_sample_over_while_the_head_start_still_has_ano
     seen: dict = {}
     app = _holding_participant(":conv-30", 3, handed_over, seen, guard_s=8)
 
-    def ray_starts_once_an_add_is_held(*, num_cpus=None, **kw):
-        _wait_for(app.state.held.is_set)
-        return False  # the session's Ray
-
-    monkeypatch.setattr(evaluation, "init_ray", ray_starts_once_an_add_is_held)
-    monkeypatch.setattr(evaluation, "starts_own_cluster", lambda: True, raising=False)  # as on a CLI's first start
+    own_cluster(monkeypatch, lambda: _wait_for(app.state.held.is_set))  # the pipeline starts once an Add is held
     with ThreadServer(app) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search",
                                max_in_flight=3)
@@ -296,7 +303,7 @@ def test_the_ingest_stage_takes_a_sample_over_while_the_head_start_still_has_ano
 def test_a_prepared_head_start_reads_its_samples_and_sends_nothing_until_released(tmp_path, locomo_file):
     """Prepared while the pre-flight's probe is out: its samples are read and checked, no Add is sent; once
     released with the probe's lone latencies, its Adds go with the limit at 2 from the first (no probe of
-    its own). At a one-at-a-time participant the set-up after the probe's pass left it idle (issue 29)."""
+    its own)."""
     run_dir = RunDir(tmp_path / "run")
     inputs = _inputs(tmp_path, locomo_file)
     with ServerProcess("participant", "--latency-ms", "5", "--add-latency-ms", "60", "--capacity", "64") as server:

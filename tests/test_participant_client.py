@@ -343,28 +343,6 @@ async def test_an_acknowledged_add_is_not_sent_twice(scripted):
     assert third["request_sha256"] != first["request_sha256"]
 
 
-def test_undo_worker_niceness_sets_every_thread_to_nice_0():
-    """Ray runs workers at nice 15; the timing actors return to nice 0 (aml_ray.run.ray_runtime)."""
-    import os
-    import threading
-
-    from aml_ray.run.ray_runtime import undo_worker_niceness
-
-    stop = threading.Event()
-    worker = threading.Thread(target=stop.wait)
-    os.setpriority(os.PRIO_PROCESS, 0, 15)  # Linux: this thread only; the new thread inherits 15
-    worker.start()
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-        assert max(os.getpriority(os.PRIO_PROCESS, t) for t in tids) == 15
-        assert undo_worker_niceness() is True  # the test machine runs as root (CAP_SYS_NICE)
-        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {0}
-    finally:
-        stop.set()
-        worker.join()
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
-
-
 # Issue 24, item 9: the request that stops a run carries its outcome, so the stage can write its evidence row.
 KEY = "sk-memory-key-0123456789abcdef"
 

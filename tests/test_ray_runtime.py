@@ -67,31 +67,18 @@ def test_gc_and_huge_pages_are_tuned_in_an_actor_and_left_alone_in_the_driver(ra
     @ray.remote(num_cpus=0)
     class Probe:
         def __init__(self):
-            import sys
-
-            self.pandas_before = "pandas" in sys.modules
             self.thp_before = _thp_enabled()
             self.tuned = tune_actor_process()
-            self.pandas_after = "pandas" in sys.modules
 
         def state(self):
-            import sys
-
-            import pyarrow as pa
-
-            pa.Table.from_pylist([{"memory": "m", "score": 0.5}])  # as a client's first Search table
-            return (self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.pandas_before,
-                    "pandas" in sys.modules, self.thp_before, _thp_enabled())
+            return self.tuned, gc.get_threshold(), gc.get_freeze_count(), self.thp_before, _thp_enabled()
 
     probe = Probe.remote()
-    tuned, thresholds, frozen, pandas_before, pandas_after, thp_before, thp_after = ray.get(probe.state.remote())
+    tuned, thresholds, frozen, thp_before, thp_after = ray.get(probe.state.remote())
     ray.kill(probe)
     assert tuned is True and thresholds == ACTOR_GC_THRESHOLDS
     assert (thp_before, thp_after) == ("1", "0")  # huge pages: on as Ray started it, off once tuned
     assert frozen > 10_000  # the start-up objects (Ray's own modules) are out of the collector's reach
-    # pyarrow's check for pandas is made at start without pandas (aml_ray.run.no_pandas): the actor's first
-    # Arrow table imports none (it used to import pandas on purpose there, 0.24 s of CPU)
-    assert (pandas_before, pandas_after) == (False, False)
 
 
 def test_disabling_huge_pages_keeps_arrow_writes_working():
@@ -143,7 +130,7 @@ def leave_straggler() -> int:
     return int(subprocess.run(["sh", "-c", STRAGGLER, sys.executable], capture_output=True, text=True,
                               check=True).stdout)
 
-assert init_ray(num_cpus=1, private=True)
+assert init_ray(num_cpus=1)
 pid = ray.get(leave_straggler.remote(), timeout=120)
 print(json.dumps({"straggler": pid, "still_running": shutdown_ray()}))
 """
@@ -181,41 +168,27 @@ def test_no_worker_of_a_cluster_started_here_outlives_its_shutdown(tmp_path):
     assert not alive and said["still_running"] == []
 
 
-def test_a_crash_after_the_stderr_filter_still_prints_every_threads_stack():
-    """With ``PYTHONFAULTHANDLER`` set, a native crash's report goes to the console, not into the stderr
-    filter's pipe (its reading thread dies with the process): how a -11 of ``aml-ray run`` gets diagnosed."""
-    code = ("import ctypes\n"
-            "from aml_ray.run.ray_runtime import _filter_native_stderr\n"
-            "_filter_native_stderr()\n"
-            "ctypes.string_at(0)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONFAULTHANDLER": "1"})
-    assert out.returncode == -11
-    assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 4 in <module>' in out.stderr, out.stderr
-
-
 def test_a_crash_after_ray_shutdown_still_prints_every_threads_stack():
     """``ray.shutdown()`` resets SIGSEGV to the default action (Ray's core worker had put its own handler in
     at ``ray.init``): a crash after it ended the process with -11 and nothing on the console, as the
     clean-clone CI's ``aml-ray run`` did after its "interrupted" message. :func:`shutdown_ray` enables
-    faulthandler again. The child starts a private cluster of its own (no ``RAY_ADDRESS``)."""
+    faulthandler again. The child starts a local cluster of its own (no ``RAY_ADDRESS``)."""
     code = ("import ctypes\n"
-            "from aml_ray.run.ray_runtime import _filter_native_stderr, init_ray, shutdown_ray\n"
-            "_filter_native_stderr()\n"
-            "init_ray(num_cpus=1, private=True)\n"
+            "from aml_ray.run.ray_runtime import init_ray, shutdown_ray\n"
+            "init_ray(num_cpus=1)\n"
             "shutdown_ray()\n"
             "ctypes.string_at(0)\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**env, "PYTHONFAULTHANDLER": "1"})
     assert out.returncode == -11
-    assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 6 in <module>' in out.stderr, out.stderr
+    assert "Fatal Python error: Segmentation fault" in out.stderr and 'line 5 in <module>' in out.stderr, out.stderr
 
 
 _REGISTRATION_CODE = """
 import json, psutil, ray
 from aml_ray.run.ray_runtime import _own_raylet_pid, init_ray
-init_ray(num_cpus=2, private=True)
+init_ray(num_cpus=2)
 under = []
 for proc in psutil.Process(_own_raylet_pid()).children(recursive=True):
     try:
@@ -227,13 +200,12 @@ ray.shutdown()
 """
 
 
-def test_a_private_cluster_starts_no_worker_at_the_drivers_registration():
-    """Issue 29: the raylet answered the driver's registration only after starting its first workers, and
-    the driver waited for that answer inside ``ray._raylet.CoreWorker``'s constructor holding the GIL: every
-    other thread of ``aml-ray run`` (the head start's Adds) stood still 0.49-0.51 s at the end of
-    ``ray.init`` (docs/ray-notes.md). A private cluster now starts no worker then
-    (``prestart_worker_first_driver``): once ``init_ray`` returns, the raylet runs its two agents and no
-    worker; the first actors' workers start when they are created."""
+def test_a_cluster_started_here_starts_no_worker_at_the_drivers_registration():
+    """The raylet answers a driver's registration only after starting the workers it prestarts, and the
+    driver waits for that answer holding the GIL. A cluster ``init_ray`` starts prestarts none
+    (``prestart_worker_first_driver`` in :data:`aml_ray.run._ray_internals.SYSTEM_CONFIG`): once ``init_ray``
+    returns, the raylet runs its two agents and no worker; the first actors' workers start when they are
+    created."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = subprocess.run([sys.executable, "-c", _REGISTRATION_CODE], capture_output=True, text=True, timeout=120,
                          env=env)

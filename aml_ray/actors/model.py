@@ -35,7 +35,7 @@ from aml_ray.actors.fair import FairSlots
 from aml_ray.models.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.models.pricing import estimate_cost_usd
-from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness
+from aml_ray.run.ray_runtime import tune_actor_process
 from aml_ray.media import text_of
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
@@ -80,16 +80,15 @@ class ModelClient:
     Args:
         endpoint: base_url, model, api key, max in-flight and timeout (seconds).
         retry: bounded backoff for transient failures.
-        undo_niceness: run this process at nice 0 (:func:`aml_ray.run.ray_runtime.undo_worker_niceness`);
+        in_actor: tune this process as a hot-path Ray actor (:func:`aml_ray.run.ray_runtime.tune_actor_process`);
             set by :func:`spawn_model_client` for the Ray actor, never for a local client.
 
     Raises:
         ValueError: if the endpoint is the offline one (it has no HTTP endpoint to call).
     """
 
-    def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy(), *, undo_niceness: bool = False):
-        if undo_niceness:  # the Ray actor (spawn_model_client): it times the model's calls
-            undo_worker_niceness()
+    def __init__(self, endpoint: ModelEndpoint, retry: RetryPolicy = RetryPolicy(), *, in_actor: bool = False):
+        if in_actor:  # the Ray actor (spawn_model_client): it times the model's calls
             tune_actor_process()
         if endpoint.offline:
             raise ValueError(f"{endpoint.role} endpoint is offline: set {endpoint.role.upper()}_API_BASE")
@@ -268,4 +267,4 @@ def spawn_model_client(endpoint: ModelEndpoint, *, name: str | None = None, name
                                "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, namespace=namespace, get_if_exists=True)
-    return ray.remote(ModelClient).options(**options).remote(endpoint, undo_niceness=True)
+    return ray.remote(ModelClient).options(**options).remote(endpoint, in_actor=True)

@@ -25,7 +25,6 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-import aml_ray.aiohttp_tls  # noqa: F401, I001 - first: aiohttp's CA load goes to a thread (its docstring)
 import aiohttp
 from aiolimiter import AsyncLimiter
 from yarl import URL
@@ -42,7 +41,7 @@ from aml_ray.contract import (
 )
 from aml_ray.security import PinnedResolver
 from aml_ray.media import MediaLimits, MediaStore, media_context, memories_to_evidence
-from aml_ray.run.ray_runtime import tune_actor_process, undo_worker_niceness, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.retry import ADD_RETRY_STATUSES, SEARCH_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 if TYPE_CHECKING:  # pyarrow is imported where a table is built: the pre-flight, which needs none, starts sooner
@@ -172,7 +171,7 @@ class ParticipantClient:
 
     Args:
         spec: endpoints, auth, capacity and retry policy.
-        undo_niceness: run this process at nice 0 (:func:`aml_ray.run.ray_runtime.undo_worker_niceness`);
+        in_actor: tune this process as a hot-path Ray actor (:func:`aml_ray.run.ray_runtime.tune_actor_process`);
             set by :func:`spawn_participant_client` for the Ray actor, never for a local client.
         lone_latencies: endpoint URL -> its latency in ms, measured with nothing else in flight before this
             client's first request (the run's pre-flight probe, :meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`):
@@ -186,10 +185,9 @@ class ParticipantClient:
     transient failure that exhausts its retries gives an outcome with ``status="error"``.
     """
 
-    def __init__(self, spec: ParticipantSpec, *, undo_niceness: bool = False,
+    def __init__(self, spec: ParticipantSpec, *, in_actor: bool = False,
                  lone_latencies: dict[str, float] | None = None):
-        if undo_niceness:  # the Ray actor (spawn_participant_client): it times the participant's calls
-            undo_worker_niceness()
+        if in_actor:  # the Ray actor (spawn_participant_client): it times the participant's calls
             tune_actor_process()
             use_arrow_ipc_serialization()  # search_table's columns cross the object store as one IPC stream
         self.spec = spec
@@ -917,4 +915,4 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, 
                                "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, namespace=namespace, get_if_exists=True)
-    return ray.remote(ParticipantClient).options(**options).remote(spec, undo_niceness=True)
+    return ray.remote(ParticipantClient).options(**options).remote(spec, in_actor=True)

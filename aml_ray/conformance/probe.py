@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aml_ray.aiohttp_tls  # noqa: F401, I001 - first: aiohttp's CA load goes to a thread (its docstring)
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport

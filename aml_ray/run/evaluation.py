@@ -5,7 +5,7 @@
 
 Importing this module pulls in only what a run needs before its first Add (the dataset, the inputs,
 run.json, the pre-flight and the head start: pyarrow, no polars): on 2 cores, polars and the pipeline were
-0.2 s of CPU between the pre-flight's probe and the run's first Add (issue 29, the fixed cost). The pipeline
+0.2 s of CPU between the pre-flight's probe and the run's first Add. The pipeline
 is imported once Ray has started (without polars it takes 0.015 s); polars and the scoring are imported where
 they are used, warmed while the pipeline runs (:func:`warm_tail`). Not beside the Ray start: on 2 cores a
 thread importing them there made ``ray_start_s`` 0.15-0.3 s longer (docs/benchmarks.md).
@@ -38,13 +38,12 @@ from aml_ray.run.injection import integrity_summary
 from aml_ray.run.memory_checks import RunningChecks, memory_checks
 from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
-from aml_ray.run.preflight import PreflightFailed, PreflightReport, StartedPreflight, start_preflight
+from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
 from aml_ray.prompts import load_prompt
-from aml_ray.run import collector
 from aml_ray.run.head_start import HeadStart
 from aml_ray import command_clock, interrupts
-from aml_ray.run.ray_runtime import init_ray, is_local_address, shutdown_ray, starts_own_cluster
+from aml_ray.run.ray_runtime import init_ray, shutdown_ray, started_here
 from aml_ray.stages._common import warm_in_background
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle
@@ -81,7 +80,7 @@ class EvaluationConfig:
             one participant client and so the version's declared capacity (:mod:`aml_ray.actors.shared`);
             None derives it from the spec's non-secret fields. Never put a secret in it: it names an actor.
         head_start: send the first Adds from this process while the pipeline's actors start
-            (:mod:`aml_ray.run.head_start`, issue 29), with a client of its own holding the version's
+            (:mod:`aml_ray.run.head_start`), with a client of its own holding the version's
             declared limits. Only where no other job sends to this participant version meanwhile: None
             (default) turns it on when the run starts its own local cluster (nobody else can reach it);
             the service sets True, since it admits one active job per version
@@ -237,7 +236,7 @@ def _media_limits(track: str, cfg: EvaluationConfig):
 
 def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None = None,
              num_cpus: int | None = None, preflight: StartedPreflight | None = None,
-             leave_cluster: bool = False, own_cluster: bool = False) -> EvaluationResult:
+             own_cluster: bool = False) -> EvaluationResult:
     """Run one evaluation, or resume one.
 
     Resume (``cfg.resume``): the run keeps its run_id, so every request_id and body is the same; questions
@@ -252,11 +251,6 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
         preflight: the run's pre-flight, already started by the caller
             (:func:`aml_ray.run.preflight.start_preflight` with ``cfg.run_id`` and the dataset's name: the
             command line starts it before its heavy imports); None: started here, beside the Ray start.
-        leave_cluster: a local cluster this run starts is left up after a run that did not fail, for the
-            process's exit to stop (:func:`aml_ray.run.ray_runtime.exit_process`, which kills it without
-            waiting for Ray's graceful shutdown); only for a caller that ends its process right after
-            (``aml-ray run``: :func:`aml_ray.run.ray_runtime.leave_cluster_to_exit`). run.json then has no
-            ``ray_shutdown_s``. A run that fails still shuts its cluster down before its error goes up.
         own_cluster: the caller started the local cluster Ray runs on, for this process alone (a suite's
             driver, :func:`aml_ray.run.suite_run.evaluate_suite`): the run's client actors are its own, as
             when this call starts the cluster, rather than leased through the cluster's shared registry.
@@ -289,7 +283,7 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     command_t0 = command_clock.started_at()  # wall_s covers the whole command (WALL_COVERS)
     try:
         return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight,
-                         leave_cluster=leave_cluster, own_cluster=own_cluster)
+                         own_cluster=own_cluster)
     except KeyboardInterrupt:
         mark_interrupted(RunDir(cfg.out_dir), cfg.run_id, wall_s=round(time.time() - command_t0, 3))
         raise
@@ -302,50 +296,37 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 
 def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int]], None] | None,
               num_cpus: int | None, command_t0: float, preflight: StartedPreflight | None,
-              leave_cluster: bool = False, own_cluster: bool = False) -> EvaluationResult:
+              own_cluster: bool = False) -> EvaluationResult:
     """:func:`evaluate`'s work (``command_t0``: the command's start, :func:`aml_ray.command_clock.started_at`).
 
-    Its start, in order (issue 29, the fixed cost): the run's preparation in this thread
-    (:func:`_prepare`: dataset, inputs, prompts, run.json), while the pre-flight's round trips go on in
-    theirs; then the head start, made ready while the probe is out and released the moment it passed
-    (:meth:`~aml_ray.run.preflight.StartedPreflight.when_passed`); then Ray, started in this thread; then the
-    pre-flight's result. The preparation runs alone before the Ray start, not beside it: on 2 cores,
-    sharing the interpreter with ``import ray`` and the pipeline's imports delayed the run's first Add by
-    0.05-0.3 s after the probe (docs/benchmarks.md).
+    Its start, in order: the run's preparation in this thread (:func:`_prepare`: dataset, inputs, prompts,
+    run.json), while the pre-flight's round trips go on in theirs; then Ray, started or joined in this
+    thread; then the pre-flight's result; then, on a cluster of its own, the head start, which sends the
+    first Adds while the pipeline's actors start. No thread of this process sends or reads samples while
+    ``ray.init`` runs, so a Ctrl-C there is an ordinary ``KeyboardInterrupt``.
     """
     timings: dict[str, float] = {}
     t_prepare = time.perf_counter()
     spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info, probed = _prepare(cfg, started=preflight)
     timings["prepare_s"] = round(time.perf_counter() - t_prepare, 3)
-    # the first Adds go from here while Ray and the pipeline's actors start (aml_ray.run.head_start)
+    started_ray = _start_ray(num_cpus=num_cpus, timings=timings, command_t0=command_t0)
+    try:
+        info["preflight"] = _preflight_passed(probed, info, run_dir, command_t0=command_t0)
+    except BaseException:
+        if started_ray:
+            shutdown_ray()
+        raise
+    own_cluster = (started_ray or own_cluster) and started_here()  # nobody else can reach it: nothing to share
+    info["ray_cluster"] = _cluster_of_run(own_cluster)
+    # the first Adds go from here while the pipeline's actors start (aml_ray.run.head_start)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
-        if (starts_own_cluster() if cfg.head_start is None else cfg.head_start) else None
-    totals = None if on_progress is None else (lambda: on_progress("totals", _progress_totals(cfg, inputs)))
+        if (own_cluster if cfg.head_start is None else cfg.head_start) else None
     if head is not None:
-        # its client and first samples are made ready while the probe is out; the probe's pass releases it
-        head.prepare(_with_media(cfg.participant, media), inputs, run_dir)
-
-        def go(report: PreflightReport) -> None:  # in the pre-flight's loop: the first Adds, then the bars
-            head.release(report.lone_latencies())
-            if totals is not None:
-                totals()
-
-        probed.when_passed(go)
-    try:
-        started_ray = _start_ray(num_cpus=num_cpus, timings=timings, command_t0=command_t0)
-        try:
-            info["preflight"] = _preflight_passed(probed, info, run_dir, command_t0=command_t0)
-        except BaseException:
-            if started_ray:
-                shutdown_ray()
-            raise
-    except BaseException:
-        if head is not None:
-            head.stop()
-        raise
-    if totals is not None and head is None:
-        totals()
+        head.start(_with_media(cfg.participant, media), inputs, run_dir,
+                   lone_latencies=probed.result().lone_latencies())
+    if on_progress is not None:
+        on_progress("totals", _progress_totals(cfg, inputs))
     from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)
 
     def warm_after_head_start() -> None:
@@ -359,7 +340,6 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
     # the memories' checks go along with the pipeline (aml_ray.run.memory_checks); a resumed run's evidence also
     # holds earlier attempts' rows: its checks read the files after the pipeline
     running = None if "resumed_at" in info else RunningChecks(samples, inputs)
-    collector.resume()  # paused by the command's entry for its start (aml_ray.run.collector)
     t0 = time.perf_counter()
     pipeline_report: dict[str, Any] = {}
     try:
@@ -373,7 +353,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
             participant_key=cfg.participant_key,
             retrieval_only=cfg.retrieval_only, report=pipeline_report,
-            private_cluster=(started_ray or own_cluster) and is_local_address(),  # its own cluster: nothing to share
+            private_cluster=own_cluster,
             head_start=head, on_rows=running.feed if running is not None else None,
             on_progress=(lambda snap: on_progress("done", snap)) if on_progress else None)
     except StageFailed as exc:
@@ -393,7 +373,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         stopping = None
         if started_ray and sys.exc_info()[0] is not None:  # the run stopped: Ray is down before the error goes up
             _shutdown_timed(timings)
-        elif started_ray and not leave_cluster:
+        elif started_ray:
             stopping = _shutdown_beside(timings)
     warming.join()  # its imports are the tail's first-use ones: never slower than making them again here
     try:
@@ -407,7 +387,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
 
 def warm_tail() -> None:
     """Make the run's tail's first-use imports now, while the pipeline runs (a thread of the driver, which
-    mostly waits then; issue 29): the bootstrap's ``numpy.random`` and ``numpy.ma`` (numpy imports them on the
+    mostly waits then): the bootstrap's ``numpy.random`` and ``numpy.ma`` (numpy imports them on the
     first generator and the first ``np.quantile``), the evidence recall's module, and ``ray.dag``, which
     Ray 2.60's ``ray.shutdown()`` imports to stop compiled graphs, in the thread beside the scoring. They took
     about 0.04 s of the tail's CPU (cProfile of ``_score``, docs/benchmarks.md). And ``pyarrow.dataset``,
@@ -431,7 +411,7 @@ def _shutdown_beside(timings: dict[str, float]) -> Future:
 
     The scoring after the pipeline reads the evidence files and needs no Ray, so the shutdown (0.1-0.4 s
     of waiting for Ray's processes to stop, docs/benchmarks.md) goes beside it instead of before it
-    (issue 29, the fixed cost). The future's ``result()`` waits for it and raises what
+    The future's ``result()`` waits for it and raises what
     :func:`~aml_ray.run.ray_runtime.shutdown_ray` raised.
     """
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aml-ray-shutdown")
@@ -652,8 +632,8 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
             raise ValueError(f"limit_samples must be >= 1, got {cfg.limit_samples}")
         samples = samples[: cfg.limit_samples]
     # the pre-flight's round trips go beside the inputs, prompts, run.json and the Ray start (its result is
-    # awaited after them, before run.json says anything of it): the first Add comes that much sooner
-    # (issue 29). The command line starts it earlier still, before its heavy imports (``started``).
+    # awaited after them, before run.json says anything of it): the first Add comes that much sooner.
+    # The command line starts it earlier still, before its heavy imports (``started``).
     if started is None:
         started = start_preflight(cfg.participant, run_id=cfg.run_id, dataset=spec.name, top_k=cfg.top_k)
     elif (started.run_id, started.dataset) != (cfg.run_id, spec.name):
@@ -710,16 +690,24 @@ def _progress_totals(cfg: EvaluationConfig, inputs: PipelineInputs) -> dict[str,
 
 
 def _start_ray(*, num_cpus: int | None, timings: dict[str, float], command_t0: float) -> bool:
-    """:func:`~aml_ray.run.ray_runtime.init_ray` (a private local cluster when none is running), in the calling
-    thread: ``ray.init`` installs signal handlers and was measured to lose its GCS connection under load when
+    """:func:`~aml_ray.run.ray_runtime.init_ray` (the warm cluster when one is up, else a local cluster of its
+    own), in the calling thread: ``ray.init`` installs signal handlers and was measured to lose its GCS connection under load when
     started from another thread (docs/benchmarks.md). Sets ``timings["before_ray_s"]`` (process start to
-    the Ray start) and ``ray_start_s`` (0 when Ray was already running); returns whether it started Ray."""
+    the Ray start) and ``ray_start_s`` (0 when Ray was already running); returns whether it connected Ray."""
     timings["before_ray_s"] = round(time.time() - command_t0, 3)
     t_ray = time.perf_counter()
     try:
-        return init_ray(num_cpus=num_cpus, private=True)
+        return init_ray(num_cpus=num_cpus)
     finally:
         timings["ray_start_s"] = round(time.perf_counter() - t_ray, 3)
+
+
+def _cluster_of_run(own: bool) -> dict[str, Any]:
+    """run.json's ``ray_cluster``: ``{"address": the GCS address, "started_here": whether this run's process
+    started it (else it joined a running one: a warm cluster, ``RAY_ADDRESS``, the service's)}``."""
+    import ray
+
+    return {"address": ray.get_runtime_context().gcs_address, "started_here": own}
 
 
 def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir: RunDir, *,

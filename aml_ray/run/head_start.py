@@ -1,12 +1,11 @@
-"""Head start: the driver sends the first Adds while Ray and the pipeline's actors start (issue 29).
+"""Head start: the driver sends the first Adds while the pipeline's actors start.
 
-A run on a cluster of its own waits seconds before its Ingest actor sends the first Add: the Ray start
-(GCS, raylet, prestarted workers) and the worker processes of the pipeline's actors, all CPU work on a
-small machine (docs/benchmarks.md, issue 29). Nothing in an Add needs Ray, so the driver sends them
-meanwhile, with the run's own :class:`~aml_ray.actors.participant.ParticipantClient` code (same auth,
-limits, retries and contract checks) in a thread with its own event loop, and journals each finished Add
-in the sample's Add journal (:class:`aml_ray.run.evidence.AddJournal`), the same rows the Ingest stage
-writes.
+A run waits seconds before its Ingest actor sends the first Add: the worker processes of the pipeline's
+actors start first, CPU work on a small machine (docs/benchmarks.md). Nothing in an Add needs Ray, so
+the driver sends them meanwhile, once Ray is up (no thread of the driver races ``ray.init``), with the
+run's own :class:`~aml_ray.actors.participant.ParticipantClient` code (same auth, limits, retries and
+contract checks) in a thread with its own event loop, and journals each finished Add in the sample's Add
+journal (:class:`aml_ray.run.evidence.AddJournal`), the same rows the Ingest stage writes.
 
 Handover: the Ingest actor, before it reads a sample's journal, asks the run's tracker to take it over
 (:meth:`aml_ray.run.progress.ProgressTracker.take_over`); the driver then stops the head start
@@ -17,7 +16,7 @@ Add is sent twice and each sample's Adds stay in order; the participant client a
 its in-flight slots as the head start may still have Adds out
 (:meth:`~aml_ray.actors.participant.ParticipantClient.hold_back`), so the declared in-flight limit holds
 across both. The participant always has the next Add: a one-at-a-time participant idled 20-80 ms at a
-handover that waited for the head start's last Add before the Ingest stage sent its first (issue 29).
+handover that waited for the head start's last Add before the Ingest stage sent its first.
 
 What it sends: each sample's Adds up to its first Streaming step (all of them when the sample has no
 Streaming step), so a step's Searches still see exactly the sessions before them; samples in input order,
@@ -92,8 +91,8 @@ class HeadStart:
 
         The thread makes the client and its connection pool, reads the first samples' files and checks
         their first Adds, then waits: called while the pre-flight's probe is out, all of that is done by
-        the time it passes, and the first Add goes the moment :meth:`release` is called (issue 29: at a
-        one-at-a-time participant, the head start's set-up after the probe left it idle).
+        the time it passes, and the first Add goes the moment :meth:`release` is called (at a one-at-a-time
+        participant, the head start's set-up after the probe left it idle).
 
         Args:
             spec: the participant version (with the run's media limits for a multimodal run).

@@ -131,14 +131,17 @@ def _ingest_actor(ingest_kwargs: dict[str, Any], *, in_flight: int, scheduling: 
             the others wait in its queue.
         scheduling: the actor's Ray scheduling strategy (:attr:`PipelineOptions.stage_scheduling`).
 
-    A lost actor (its node gone) is restarted and its unfinished tasks are sent again
-    (``max_restarts``/``max_task_retries``), as Ray Data does for its actor pools; a re-run sample goes on
-    from its Add journal.
+    On a cluster of several nodes, a lost actor (its node gone) is restarted and its unfinished tasks are
+    sent again (``max_restarts``/``max_task_retries``), as Ray Data does for its actor pools; a re-run
+    sample goes on from its Add journal. On one node there is no other node to restart it on, so it gets
+    no restarts: Ray's core worker then has no reason to log, on the driver's console, that its
+    constructor's arguments (actor handles) could be gone by a restart.
     """
     import ray
 
-    options: dict[str, Any] = {"num_cpus": 0.1, "max_concurrency": in_flight, "max_restarts": -1,
-                               "max_task_retries": -1}
+    restarts = -1 if sum(1 for node in ray.nodes() if node["Alive"]) > 1 else 0
+    options: dict[str, Any] = {"num_cpus": 0.1, "max_concurrency": in_flight, "max_restarts": restarts,
+                               "max_task_retries": restarts}
     if scheduling is not None:
         options["scheduling_strategy"] = scheduling
     groups = {PROGRESS_GROUP: PROGRESS_GROUP_SIZE} if ingest_kwargs.get("progress_here") is not None else None

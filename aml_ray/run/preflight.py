@@ -20,7 +20,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import aml_ray.aiohttp_tls  # noqa: F401, I001 - first: aiohttp's CA load goes to a thread (its docstring)
 import aiohttp
 
 from aml_ray.actors.participant import ParticipantClient, ParticipantError, ParticipantSpec

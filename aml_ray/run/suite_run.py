@@ -289,7 +289,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
                     context_budget_tokens=cfg.context_budget_tokens or suite.context_budget_tokens,
                     judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
                 progress = (lambda kind, values, _n=bundle.name: on_progress(_n, kind, values)) if on_progress else None
-                started_ray = init_ray(num_cpus=num_cpus, private=True) or started_ray
+                started_ray = init_ray(num_cpus=num_cpus) or started_ray
                 t_bundle = time.perf_counter()
                 try:
                     result = evaluate(ecfg, on_progress=progress, own_cluster=started_ray)

@@ -1,7 +1,9 @@
 """The Ray Serve deployment: one replica class whose FastAPI ingress is :func:`create_app`.
 
-The app is built on the replica (``__serve_build_asgi_app__``), so nothing unpicklable (engine, worker
-thread) crosses from the driver. With no settings the replica reads them from its environment
+The app is built on the replica by a builder function (``serve.ingress(build_asgi_app)``, Serve's documented
+form), so nothing unpicklable (engine, worker thread) crosses from the driver: the replica's constructor
+keeps its settings for :func:`build_asgi_app`, which Serve calls right after it in the same process. With no
+settings the replica reads them from its environment
 (:meth:`ServiceSettings.from_env`); pass ``env_vars`` in the Serve config's ``runtime_env`` on a cluster.
 
 Replicas: jobs never run in a replica (each runs in its own detached Ray actor, claimed from the database
@@ -26,9 +28,28 @@ ROUTE_PREFIX = "/"
 MAX_ONGOING_REQUESTS = 64
 
 
+#: The settings of the replica in this process (a replica is an actor: one per process), set by its
+#: constructor for :func:`build_asgi_app`.
+_replica_settings: list[ServiceSettings | None] = []
+
+
+def build_asgi_app():
+    """Build the FastAPI app on the replica, with the settings its constructor received (Serve calls it after
+    the constructor: ``serve.ingress`` with a builder function).
+
+    Raises:
+        RuntimeError: called outside a replica (no constructor ran in this process).
+    """
+    from aml_ray.serve_app.app import create_app
+
+    if not _replica_settings:
+        raise RuntimeError("build_asgi_app: no AMLService replica was constructed in this process")
+    return create_app(_replica_settings[-1])
+
+
 @serve.deployment(name="aml-service", num_replicas=1, ray_actor_options={"num_cpus": 0},
                   max_ongoing_requests=MAX_ONGOING_REQUESTS)
-@serve.ingress()
+@serve.ingress(build_asgi_app)
 class AMLService:
     """Serve replica of the aml-ray service.
 
@@ -37,13 +58,11 @@ class AMLService:
     """
 
     def __init__(self, settings: ServiceSettings | None = None):
-        self._settings = settings
+        # through the imported module: Serve ships this class by value (cloudpickle), with its own copy of
+        # this module's globals, while build_asgi_app is imported on the replica
+        from aml_ray.serve_app import deployment
 
-    def __serve_build_asgi_app__(self):
-        """Build the FastAPI app on the replica."""
-        from aml_ray.serve_app.app import create_app
-
-        return create_app(self._settings)
+        deployment._replica_settings.append(settings)
 
 
 def build(settings: ServiceSettings | None = None):

@@ -1,9 +1,8 @@
-"""aiohttp imported through :mod:`aml_ray.aiohttp_tls`: its CA certificates load in a thread, every HTTPS
-connection waits for them and verifies against them, plain HTTP never waits (issue 29, the fixed cost).
+"""The participant client's HTTPS: a certificate is verified against the system's CA store (``SSL_CERT_FILE``),
+and one the system does not trust is refused.
 
 A real HTTPS server on loopback, its certificate signed by a CA made here; the client runs in a process of
-its own, whose default CA file (``SSL_CERT_FILE``, read by ``SSLContext.set_default_verify_paths``) is that
-CA or the system's.
+its own, whose default CA file (``SSL_CERT_FILE``) is that CA or the system's.
 """
 
 from __future__ import annotations
@@ -25,22 +24,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-#: The client: the CA load made slow (0.3 s a context) before aml-ray imports aiohttp, then one plain HTTP
-#: and one HTTPS request; prints what it saw as JSON.
+#: The client: aiohttp as aml-ray's participant client imports it, one plain HTTP and one HTTPS request;
+#: prints what it saw as JSON.
 CLIENT = """
-import asyncio, json, ssl, sys, threading, time
-real = ssl.SSLContext.set_default_verify_paths
-loaders = []
-def slow(context):
-    loaders.append(threading.current_thread().name)
-    time.sleep(0.3)
-    real(context)
-ssl.SSLContext.set_default_verify_paths = slow
-t0 = time.monotonic()
-import aml_ray.actors.participant  # imports aml_ray.aiohttp_tls, then aiohttp
-import aml_ray.aiohttp_tls as tls
+import asyncio, json, sys
+import aml_ray.actors.participant
 import aiohttp
-seen = {"import_s": time.monotonic() - t0, "loaded_after_import": tls.loaded.is_set()}
+seen = {}
 
 async def get(url):
     async with aiohttp.ClientSession() as session:
@@ -52,12 +42,9 @@ async def get(url):
 
 async def main():
     seen["http"] = await get(sys.argv[1])
-    seen["loaded_after_http"] = tls.loaded.is_set()
     seen["https"] = await get(sys.argv[2])
-    seen["loaded_after_https"] = tls.loaded.is_set()
 
 asyncio.run(main())
-seen["loaders"] = sorted(set(loaders))
 print(json.dumps(seen))
 """
 
@@ -130,17 +117,12 @@ def _client(http_url: str, https_url: str, ca_file: Path | None) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_the_ca_load_goes_to_a_thread_and_https_waits_for_it_and_verifies_against_it(servers):
+def test_https_verifies_against_the_systems_ca_store(servers):
     http_url, https_url, ca = servers
-    seen = _client(http_url, https_url, ca)
-    # the import did not wait for the 0.6 s load; plain HTTP went out before it ended; HTTPS waited, then verified
-    assert seen["import_s"] < 0.6 and seen["loaded_after_import"] is False
-    assert seen["http"] == 200 and seen["loaded_after_http"] is False
-    assert seen["https"] == 200 and seen["loaded_after_https"] is True
-    assert seen["loaders"] == ["aml-ray-tls-certificates"]
+    assert _client(http_url, https_url, ca) == {"http": 200, "https": 200}
 
 
-def test_https_still_refuses_a_certificate_the_system_does_not_trust(servers):
+def test_https_refuses_a_certificate_the_system_does_not_trust(servers):
     http_url, https_url, _ = servers
     seen = _client(http_url, https_url, None)
     assert seen["http"] == 200 and seen["https"] == "certificate: unable to get local issuer certificate"

@@ -1,0 +1,176 @@
+"""A warm local Ray cluster that ``aml-ray run`` joins instead of starting one (``aml-ray cluster up|down``).
+
+``up`` runs ``ray start --head --block`` in a session of its own with the settings of a cluster aml-ray
+starts (:data:`aml_ray.run.ray_runtime.QUIET_ENV`, :data:`aml_ray.run._ray_internals.SYSTEM_CONFIG`, no
+dashboard, bound to 127.0.0.1) and records its address and process in ``<temp dir>/aml-ray-cluster.json``
+(:func:`state_file`). :func:`running_address` reads that file back for
+:func:`aml_ray.run.ray_runtime.cluster_address`: the recorded process still runs and the GCS port accepts a
+connection, else there is no warm cluster (a stale file is ignored). ``down`` sends that process SIGTERM,
+on which ``ray start --block`` stops every process of its node, and removes the file; never ``ray stop``,
+which stops every Ray cluster on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: The state file's name inside the cluster's temp dir.
+STATE_NAME = "aml-ray-cluster.json"
+#: What ``ray start`` prints once the node runs (its ``--block`` loop starts right after).
+STARTED_LINE = "Ray runtime started."
+#: Seconds a connection to the GCS port may take before the cluster counts as down.
+CONNECT_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class WarmCluster:
+    """A warm cluster's record.
+
+    Attributes:
+        address: the GCS address, ``127.0.0.1:<port>`` (what ``ray.init(address=...)`` takes).
+        pid: the ``ray start --block`` process that owns the node.
+        temp_dir: the cluster's ``RAY_TMPDIR`` (its sessions and ``ray start``'s output, ``aml-ray-cluster.log``).
+        num_cpus: the CPUs it offers.
+    """
+
+    address: str
+    pid: int
+    temp_dir: str
+    num_cpus: int
+
+
+def state_file(temp_dir: str) -> Path:
+    """``<temp_dir>/aml-ray-cluster.json``: the warm cluster's record."""
+    return Path(temp_dir) / STATE_NAME
+
+
+def read_state(temp_dir: str) -> WarmCluster | None:
+    """The record in ``temp_dir``, or None when there is none or it cannot be read (a half-written file)."""
+    try:
+        return WarmCluster(**json.loads(state_file(temp_dir).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def is_up(cluster: WarmCluster) -> bool:
+    """Whether ``cluster``'s ``ray start`` process still runs and its GCS port accepts a connection."""
+    import psutil
+
+    try:
+        if psutil.Process(cluster.pid).status() == psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return False
+    host, _, port = cluster.address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def running_address(temp_dir: str) -> str | None:
+    """The address of the warm cluster recorded in ``temp_dir`` when it is up (:func:`is_up`), else None."""
+    cluster = read_state(temp_dir)
+    return cluster.address if cluster is not None and is_up(cluster) else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) -> tuple[WarmCluster, bool]:
+    """Start the warm cluster in ``temp_dir``, unless one is up there already.
+
+    Args:
+        temp_dir: its ``RAY_TMPDIR`` (created when missing).
+        num_cpus: the CPUs it offers (default: all of the machine's).
+        timeout_s: seconds to wait for ``ray start`` to say the node runs.
+
+    Returns:
+        ``(the cluster, True)`` when this call started it; ``(the one already up, False)`` otherwise.
+
+    Raises:
+        RuntimeError: ``ray start`` exited or stayed silent for ``timeout_s``; the message holds the end of
+            its output (``<temp_dir>/aml-ray-cluster.log``), and what it started is stopped.
+    """
+    import psutil
+
+    from aml_ray.run._ray_internals import SYSTEM_CONFIG
+    from aml_ray.run.ray_runtime import QUIET_ENV
+
+    existing = read_state(temp_dir)
+    if existing is not None and is_up(existing):
+        return existing, False
+    Path(temp_dir).mkdir(parents=True, exist_ok=True)
+    port, cpus = _free_port(), num_cpus or psutil.cpu_count() or 1
+    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port", str(port),
+           "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--include-dashboard", "false",
+           "--disable-usage-stats", "--system-config", json.dumps(SYSTEM_CONFIG)]
+    env = {**os.environ, **QUIET_ENV, "RAY_TMPDIR": temp_dir}
+    env.pop("RAY_ADDRESS", None)
+    log = Path(temp_dir) / "aml-ray-cluster.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # a terminal's Ctrl-C never reaches it
+    cluster = WarmCluster(address=f"127.0.0.1:{port}", pid=proc.pid, temp_dir=temp_dir, num_cpus=cpus)
+    deadline = time.monotonic() + timeout_s
+    while STARTED_LINE not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc.pid, timeout_s=30)
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"ray start did not start the cluster (exit {proc.poll()}); its output "
+                               f"({log}):\n{tail}")
+        time.sleep(0.1)
+    state_file(temp_dir).write_text(json.dumps(asdict(cluster)))
+    return cluster, True
+
+
+def down(temp_dir: str, *, timeout_s: float = 60.0) -> WarmCluster | None:
+    """Stop the warm cluster recorded in ``temp_dir`` and remove its record.
+
+    Args:
+        temp_dir: its ``RAY_TMPDIR``.
+        timeout_s: seconds to wait for ``ray start --block`` to stop its node after SIGTERM; then SIGKILL.
+
+    Returns:
+        The cluster it stopped, or None when no record was there (a stale record is removed too).
+    """
+    cluster = read_state(temp_dir)
+    if cluster is not None:
+        _stop(cluster.pid, timeout_s=timeout_s)
+    state_file(temp_dir).unlink(missing_ok=True)
+    return cluster
+
+
+def _stop(pid: int, *, timeout_s: float) -> None:
+    """SIGTERM the ``ray start --block`` process ``pid`` and wait up to ``timeout_s`` for it to end (it stops
+    its node's processes first); then SIGKILL it and every process below it (the GCS, the raylet, its agents
+    and workers) that still runs."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        below = proc.children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        return
+    try:
+        proc.wait(timeout=timeout_s)
+    except psutil.TimeoutExpired:
+        for p in [proc, *below]:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    except psutil.Error:
+        pass
