@@ -161,6 +161,8 @@ def test_every_mode_is_covered():
     # contract-abiding participants for the judge panel's board and the integrity canaries
     # (tests/run/test_panel.py, tests/run/test_injection.py)
     covered |= {"forgetful", "inject_memory"}
+    # a participant whose LoCoMo bundle leaks, beside bundles that complete (tests/run/test_suite_run.py)
+    covered |= {"leak_locomo"}
     assert covered == set(MODES)
 
 

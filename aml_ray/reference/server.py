@@ -44,8 +44,6 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
 #: Environment variable through which :class:`ReferenceServer` passes the secret to its subprocess.
 SECRET_ENV = "AML_REFERENCE_SECRET"
 DB_NAME = "reference.sqlite3"
@@ -344,6 +342,8 @@ class ReferenceServer:
 
     def stats(self) -> dict:
         """``GET /stats``: ``{memories, requests_applied, duplicate_adds_acknowledged, faults_injected}``."""
+        import httpx  # here: a command that only names a reference system (its options, its checks) needs no client
+
         return httpx.get(self.stats_url, timeout=10.0).json()
 
     def auth_headers(self) -> dict[str, str]:
@@ -417,6 +417,8 @@ class ReferenceServer:
             if time.monotonic() > deadline:
                 raise self._fail(f"it printed no READY line within {self.startup_timeout:.0f} s")
             time.sleep(0.05)
+        import httpx
+
         last = "no answer"
         while True:
             try:
