@@ -19,7 +19,7 @@ from aml_ray.run.evidence import RunDir, read_questions
 AML_RAY = str(Path(sys.executable).parent / "aml-ray")
 #: Only a guard against a hang.
 GUARD_S = 180
-SAMPLES = "3"
+SAMPLES = "2"
 
 
 def _journalled(adds: Path) -> int:
