@@ -1,7 +1,7 @@
 """What every ``aml-ray`` command shares: the consoles, the exit codes, ``fail`` and the participant options.
 
 Both :mod:`aml_ray.cli` and :mod:`aml_ray.coding.cli` import these from here, so neither imports the other
-back (issue 30: the cli <-> coding/cli import circle).
+back (the cli <-> coding/cli import circle).
 """
 
 from __future__ import annotations

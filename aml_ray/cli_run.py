@@ -4,7 +4,7 @@
 run's settings from its run.json, :func:`resumed`; the model endpoints; the participant; the dataset
 file and prompts, :func:`check_dataset`), then runs a whole suite (:func:`run_suite`) or one dataset
 (:func:`run_dataset`) and prints the tables (:func:`print_result`). Every option and the dataset file are
-checked before the run directory is created or the reference system started (issue 24, item 7); a usage
+checked before the run directory is created or the reference system started; a usage
 error removes what this command created (:func:`remove_unused_run_dir`). Exit codes:
 :data:`aml_ray.cli_common.EXIT_OK` / ``EXIT_RUN_FAILED`` / ``EXIT_USAGE``.
 """
@@ -302,7 +302,7 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
             console.print("[yellow]No ANSWER_API_BASE / JUDGE_API_BASE set: using the OFFLINE extractive "
                           "answerer and lexical judge (not official models).[/]")
         # redrawn once a second, as often as the counts arrive (run_pipeline.PROGRESS_POLL_S): rich's default
-        # 10 redraws a second cost the driver CPU beside the participant client (docs/benchmarks.md, issue 29)
+        # 10 redraws a second cost the driver CPU beside the participant client (docs/benchmarks.md)
         with Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False, refresh_per_second=1) as progress:
             tasks: dict[str, int] = {}

@@ -2,7 +2,7 @@
 
 :mod:`aml_ray.contract` (the Add/Search models) and :mod:`aml_ray.media` (content parts, which the
 models check) both raise :class:`ContractError`; defining it here keeps ``media`` from importing
-``contract`` back (issue 30: the contract <-> media import circle). Import it from either place.
+``contract`` back (the contract <-> media import circle). Import it from either place.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 ADD_RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 524})
 SEARCH_RETRY_STATUSES: frozenset[int] = frozenset({408, 425, 429, 500, 502, 503, 504})
-#: Model endpoints (issue 3): 408/409/429/5xx and transport errors.
+#: Model endpoints: 408/409/429/5xx and transport errors.
 MODEL_RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 

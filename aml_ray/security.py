@@ -102,7 +102,7 @@ class SecretBox:
 
     def __init__(self, master_keys: Sequence[str | SecretStr]):
         # imported here: the run's participant client imports this module (PinnedResolver), and cryptography
-        # cost about 10 ms of every run's start before the pre-flight (issue 29)
+        # cost about 10 ms of every run's start before the pre-flight
         from cryptography.fernet import Fernet, MultiFernet
 
         values = [k.get_secret_value() if isinstance(k, SecretStr) else k for k in master_keys]
@@ -393,7 +393,7 @@ class PinnedResolver(AbstractResolver):
     (``resolver=``), this resolver returns the pinned addresses, so the socket goes to a checked
     address while the URL, the ``Host`` header, TLS SNI and certificate checks keep the original name.
     No lookup is ever made: a host that was not validated is refused. Source: the seed's "Data, security
-    & privacy" (the platform connects to the address it checked) and issue 28, item 9.
+    & privacy" (the platform connects to the address it checked).
 
     Args:
         pins: ``{host name: checked addresses}`` (:func:`pin_map`); names compare case-insensitively.

@@ -1,4 +1,4 @@
-"""An in-flight limit that finds a participant's capacity from its latency (issue 29).
+"""An in-flight limit that finds a participant's capacity from its latency.
 
 A participant declares how many requests it takes at once (``max_in_flight``), but many real memory
 systems serve one request at a time whatever they declare: sending them 64 at once only queues 63 at the

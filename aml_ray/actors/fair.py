@@ -1,4 +1,4 @@
-"""Fair admission to an endpoint's in-flight slots: round-robin across jobs, by priority (issue 7, item 4).
+"""Fair admission to an endpoint's in-flight slots: round-robin across jobs, by priority.
 
 A model endpoint declares how many requests it takes at once (``max_in_flight``); every job on the
 cluster calls it through one shared :class:`aml_ray.actors.model.ModelClient`. A plain semaphore

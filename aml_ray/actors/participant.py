@@ -70,7 +70,7 @@ class ParticipantSpec(BaseModel):
         media: the Multimodal suite's media limits (set by the evaluation for a multimodal dataset);
             None keeps requests and Search results strings-only (Textual, Coding).
         adaptive_concurrency: True (default): the requests in flight follow the participant's latency,
-            between 1 and ``max_in_flight`` (:class:`aml_ray.actors.adaptive.AdaptiveLimit`, issue 29), so a
+            between 1 and ``max_in_flight`` (:class:`aml_ray.actors.adaptive.AdaptiveLimit`), so a
             participant that serves one request at a time is not sent 64 to queue; False: always
             ``max_in_flight`` once there is work for them.
         pinned_addresses: ``{host name: addresses checked at validation}``
@@ -195,7 +195,7 @@ class ParticipantClient:
         # attempts waiting to be sent: (url, body, reply, perf_counter when queued)
         self._queue: FairQueue[tuple[URL, bytes, asyncio.Future, float]] | None = None
         self._senders: list[asyncio.Task] = []  # max_in_flight tasks, each sends one attempt at a time
-        # how many of the senders may send now (issue 29); senders at or above it wait in _parked
+        # how many of the senders may send now; senders at or above it wait in _parked
         self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency,
                                    initial=2 if lone_latencies else 1)
         self._parked: dict[int, asyncio.Future] = {}
@@ -273,7 +273,7 @@ class ParticipantClient:
         (:meth:`~aml_ray.actors.adaptive.AdaptiveLimit.unloaded_ms`, rounded to 0.1 ms; an endpoint with no
         reply yet, or a limit that is not adaptive, left out). A request's ``latency_ms`` is its time at the
         participant, queueing there behind this client's other requests included: at a participant that serves
-        one request at a time, with two in flight, about twice its unloaded latency (issue 29)."""
+        one request at a time, with two in flight, about twice its unloaded latency."""
         unloaded = self.limit.unloaded_ms()
         endpoints = (("add", self.spec.add_url), ("search", self.spec.search_url))
         return {**self.limit.describe(), "unloaded_ms": {
@@ -331,7 +331,7 @@ class ParticipantClient:
 
         Sender ``index`` sends only while ``index`` is below the adaptive limit (:attr:`limit`); above it,
         it parks until the limit grows. The time an attempt waited for its slot (queued, parked senders,
-        the rate limiter) is handed back apart from its time at the participant (issue 25, item 5).
+        the rate limiter) is handed back apart from its time at the participant.
         """
         assert self._client is not None and self._queue is not None
         client, queue, limit = self._client, self._queue, self.limit

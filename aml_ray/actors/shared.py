@@ -1,4 +1,4 @@
-"""Client actors shared by every job on the cluster (issue 7, item 4; issue 28: one process per job).
+"""Client actors shared by every job on the cluster.
 
 A participant version's declared capacity and a model endpoint's declared limits (in-flight slots, RPM,
 TPM) belong to the version and to the endpoint, not to one job nor to one process. The service runs each
@@ -25,7 +25,7 @@ go round-robin across jobs (:mod:`aml_ray.actors.fair`).
   closed once no live lease holds it. The clients are owned by the registry (they die with it: a lost
   registry loses its clients, whose jobs then fail and are resumed by the queue); the registry itself
   exits after :data:`REGISTRY_IDLE_S` seconds with no client, and the next acquire starts a new one.
-- private (issue 29): a driver that started its own local cluster (``aml-ray run`` without
+- private: a driver that started its own local cluster (``aml-ray run`` without
   ``RAY_ADDRESS``) has nobody to share with; ``private=True`` spawns the client in that process without
   the registry (one actor process less to start before the first Add), and its lease's release closes
   and kills it.
@@ -338,7 +338,7 @@ def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float, pr
 
     Private is for a driver that started its own local cluster (:func:`aml_ray.run.ray_runtime.init_ray`
     returned True): no other process can reach that cluster, so there is nothing to share and the
-    registry's actor would be one more worker process to start before the first Add (issue 29).
+    registry's actor would be one more worker process to start before the first Add.
     """
     global _renewer
     lease_id = secrets.token_hex(8)

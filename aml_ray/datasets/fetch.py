@@ -134,7 +134,7 @@ def fetch_to_cache(
             ``--data PATH``.
         DatasetHashMismatch: if the downloaded bytes have another sha256 (nothing is written).
     """
-    import httpx  # here: a run with its file at hand (nearly all) does not import it (issue 29, the fixed cost)
+    import httpx  # here: a run with its file at hand (nearly all) does not import it
 
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)

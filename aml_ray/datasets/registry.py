@@ -2,7 +2,7 @@
 
 The pipeline looks a dataset up by name here; it never branches on dataset names itself.
 
-A command that runs a dataset checks its input before it creates anything (issue 24, item 7):
+A command that runs a dataset checks its input before it creates anything:
 :func:`check_data_path` refuses a ``--data`` that does not exist or is not what the adapter reads (a
 file or a directory), and :meth:`DatasetSpec.check` resolves and loads the file, so a malformed one is
 refused with the file, the item and the field named (:class:`~aml_ray.datasets.validate.DatasetFormatError`).

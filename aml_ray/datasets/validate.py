@@ -11,7 +11,7 @@ e.g. ``locomo10.json: item 0 (sample_id 'conv-26'): field 'qa[3].question': miss
 string``. The item is the entry's 0-based position in the file (``line <n>`` in JSON Lines and CSV
 files) with its id when it has one; the field is its path inside the item. The rules of each layout
 (which fields are required, which values are allowed) are in the adapter's docstring and come from the
-benchmark's MANIFEST.md section; this module only reports them (issue 24, item 7). A file that loads but
+benchmark's MANIFEST.md section; this module only reports them. A file that loads but
 leaves a run no scorable question is refused by :func:`require_scorable` (a run must measure something).
 
 Examples:
@@ -120,7 +120,7 @@ class Where:
 
     ``where / key`` is cheap: a place keeps its parent and key and spells its path only when it is read
     (an error message), since an adapter makes one place per field of a file and nearly all of them are
-    never read (LoCoMo's 10 samples: about 25,000; issue 29, the time before a run's first Add).
+    never read (LoCoMo's 10 samples: about 25,000, the time before a run's first Add).
 
     Attributes:
         item: the item, e.g. ``"item 3 (question_id 'q7')"`` or ``"line 12"``; empty for the top level.

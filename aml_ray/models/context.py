@@ -11,7 +11,7 @@ write outside it (the integrity canaries flag such a memory, :mod:`aml_ray.run.i
 A memory whose text alone is longer than ``MAX_CHARS_PER_TOKEN`` characters per token left in the budget
 cannot fit (no token is longer, :mod:`aml_ray.models.tokens`), so it is cut on its length before it is tokenised:
 a participant may return a memory of millions of characters, and the cut is the one the token count would
-make (issue 24).
+make.
 
 Multimodal: a memory returned as parts is counted as the tokens of its text (the image markers
 ``<image media:<sha256>>`` removed) plus, for each image, ``image_tokens(ref)``: the suite's estimate

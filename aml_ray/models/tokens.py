@@ -42,7 +42,7 @@ def encoding_for(model: str):
     """The encoding of ``model``; unknown models (and the offline ones) use ``o200k_base``.
 
     ``bpe_openai`` is imported here, on the first count, not with this module: its import builds the
-    encodings (about 0.4 s), which the driver, importing the pipeline's stages, never uses (issue 29).
+    encodings (about 0.4 s), which the driver, importing the pipeline's stages, never uses.
     """
     import bpe_openai
 

@@ -206,7 +206,7 @@ def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
         raise ValueError("cannot resume: the run would change; " + "; ".join(diffs))
 
 
-#: What run.json's ``wall_s`` covers (issue 25, item 5).
+#: What run.json's ``wall_s`` covers.
 WALL_COVERS = ("the whole command: from its start (aml_ray.command_clock: imports, dataset load and check, "
                "inputs, pre-flight, Ray start, actor pools, Adds and Searches, Answer and Judge, scoring) "
                "to the final run.json; timings splits it")
@@ -716,7 +716,7 @@ def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir
 
     Raises:
         StageFailed: it failed (a dead or mis-configured endpoint fails the run in seconds, before any Add
-            of the run, issue 24); run.json (``info``) is written first with ``status="failed"``, the error,
+            of the run); run.json (``info``) is written first with ``status="failed"``, the error,
             the structured failure and the pre-flight's report.
     """
     try:
@@ -732,7 +732,7 @@ def _preflight_passed(preflight: StartedPreflight, info: dict[str, Any], run_dir
 
 def checkpoint_tables(questions: pl.DataFrame, run_dir: RunDir, samples, checkpoints: list[float] | None,
                       table_of: Callable[[pl.DataFrame], pl.DataFrame]) -> list[dict[str, Any]]:
-    """Streaming: the score table at each checkpoint, not pooled (issue 25).
+    """Streaming: the score table at each checkpoint, not pooled.
 
     A sample of ``n`` sessions is searched at step ``max(1, ceil(f * n))`` for the fraction ``f``
     (:func:`aml_ray.run.inputs.stream_steps`), so the table of ``f`` takes each sample's rows of that step; two

@@ -66,7 +66,7 @@ ADD_SCHEMA = pa.schema([
     ("http_status", pa.int32()), ("attempts", pa.int32()), ("retried_statuses", pa.list_(pa.int32())),
     ("latency_ms", pa.float64()), ("elapsed_ms", pa.float64()), ("contract", pa.string()),
     ("error", pa.string()),
-    # ms the Add waited for an in-flight slot (latency_ms is its time at the participant; issue 25, item 5)
+    # ms the Add waited for an in-flight slot (latency_ms is its time at the participant)
     ("queue_ms", pa.float64()),
     # the source turns the chunk carried (aml_ray.datasets.base.turn_ids: "D<session>:<turn>")
     ("turn_ids", pa.list_(pa.string())),
@@ -101,7 +101,7 @@ QUESTION_SCHEMA = pa.schema([
     # judge and lexical metrics
     ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
     ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())),
-    ("judge_raw_all", pa.list_(pa.string())),  # every judge reply of every ask, in order (issue 24)
+    ("judge_raw_all", pa.list_(pa.string())),  # every judge reply of every ask, in order
     ("score", pa.float64()), ("score_detail", pa.string()), ("f1", pa.float64()),
     ("bleu1", pa.float64()), ("status", pa.string()),
 ])

@@ -1,4 +1,4 @@
-"""The pipeline's inputs, built one sample at a time and spilled to disk (issue 7: flat driver memory).
+"""The pipeline's inputs, built one sample at a time and spilled to disk (flat driver memory).
 
 The driver never holds the whole corpus's Add requests or question rows: :func:`build_inputs` chunks one
 sample, builds its Add requests (ids per DESIGN.md "IDs") and question rows, writes them to the inputs

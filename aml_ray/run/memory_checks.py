@@ -6,7 +6,7 @@ in one pass over each question's memories.
 does the same pass while the pipeline runs, fed each output table as the driver receives it (the rows it
 writes as evidence), in a thread of its own, so that after the run's last Search only the last tables are
 left to check: with the reference BM25 system's 100 memories a question, the pass over LoCoMo's 1,540
-questions took 1.0 s of the run's tail (issue 29, docs/benchmarks.md). A resumed run, whose evidence holds
+questions took 1.0 s of the run's tail. A resumed run, whose evidence holds
 rows of earlier attempts, reads the files instead.
 """
 
@@ -85,7 +85,7 @@ def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
     :func:`adds_index`) against each question's memories. Recall: per-question evidence recall written to
     ``evidence/recall.parquet`` (:func:`aml_ray.scoring.evidence_recall.recall_rows`). The memories are read one row group at a time,
     and once for both: reading and converting them is most of either check's time with a participant that
-    returns many (issue 29, the run's tail).
+    returns many.
 
     Returns:
         :data:`Checked`.

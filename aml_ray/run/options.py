@@ -2,7 +2,7 @@
 
 Apart from :mod:`aml_ray.run.pipeline`, which imports polars, Ray Data's stages and the model clients: a
 run's configuration (:class:`aml_ray.run.evaluation.EvaluationConfig`) holds these knobs, and ``aml-ray
-run`` builds it and prepares the run before those imports (issue 29, the fixed cost).
+run`` builds it and prepares the run before those imports.
 """
 
 from __future__ import annotations

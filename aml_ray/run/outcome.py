@@ -1,6 +1,6 @@
 """A run's honest outcome: the failure budget during the run, and the status derived from the evidence.
 
-A run that did not measure what it claims never says ``completed`` (issue 24). The status is computed
+A run that did not measure what it claims never says ``completed``. The status is computed
 from the evidence by :func:`run_outcome`, never assumed:
 
 - ``completed``: every Add succeeded and every scorable question has its evidence row with a final

@@ -44,7 +44,7 @@ from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
 from aml_ray.stages.ingest import PROGRESS_GROUP, PROGRESS_GROUP_SIZE
 
 if TYPE_CHECKING:  # read_questions imports it for the result: importing the pipeline right after the Ray
-    import polars as pl  # start costs 0.015 s instead of 0.1 s (aml_ray.run.evaluation, issue 29)
+    import polars as pl  # start costs 0.015 s instead of 0.1 s (aml_ray.run.evaluation)
 
 __all__ = ["IngestFromFiles", "PipelineInputs", "PipelineOptions", "StageFailed", "build_inputs", "run_pipeline",
            "stream_steps"]
@@ -151,7 +151,7 @@ def _ingest_actor(ingest_kwargs: dict[str, Any], *, in_flight: int, scheduling: 
 
 
 #: Seconds between two reads of the run's progress for ``on_progress`` (a Ray call into the actor that holds
-#: the tracker, CPU in both processes while the participant works; issue 29's CPU per question): once a
+#: the tracker, CPU in both processes while the participant works): once a
 #: second, as often as the command line redraws its bars.
 PROGRESS_POLL_S = 1.0
 
@@ -324,7 +324,7 @@ def run_pipeline(
             final, trajectory), read before the client is released, whether or not the run failed.
         private_cluster: this driver started its own local cluster (no other process can reach it): the
             client actors are spawned here, not through the cluster's registry actor (one worker start
-            less before the first Add; :mod:`aml_ray.actors.shared`, issue 29).
+            less before the first Add; :mod:`aml_ray.actors.shared`).
         head_start: the driver's head start, sending Adds since before Ray started
             (:mod:`aml_ray.run.head_start`): stopped when the Ingest stage asks to take over (or when the
             pipeline ends first), so one client sends the participant's traffic at a time.

@@ -1,7 +1,7 @@
 """Pre-flight: one health check and one Add/Search round trip before a run sends any Add.
 
 A dead or mis-configured endpoint must fail a run in seconds, with the URL and the cause, instead of
-after every Add and Search of the dataset has exhausted its retries (issue 24). :func:`preflight` runs
+after every Add and Search of the dataset has exhausted its retries. :func:`preflight` runs
 in the driver, before Ray starts, with the run's own :class:`~aml_ray.actors.participant.ParticipantClient`
 code (same auth, same contract validation) and a short retry policy (:data:`PREFLIGHT_RETRY`).
 
@@ -183,7 +183,7 @@ async def _run(spec: ParticipantSpec, run_id: str, dataset: str, top_k: int,
             if outcome["status"] != "ok":
                 hint = "" if outcome.get("http_status") else " (no HTTP reply: is the participant running and reachable there?)"
                 raise fail(step_name, url, (outcome["error"] or "failed") + hint)
-        if passed is not None:  # before this client closes: the run's head start sends at once (issue 29)
+        if passed is not None:  # before this client closes: the run's head start sends at once
             report.wall_s = round(time.perf_counter() - t0, 3)
             passed.fire(report)
     finally:
@@ -248,7 +248,7 @@ class StartedPreflight:
 
 
 def start_preflight(spec: ParticipantSpec, *, run_id: str, dataset: str, top_k: int = 100) -> StartedPreflight:
-    """Start :func:`preflight` in a thread of its own and return at once (issue 29, the fixed cost).
+    """Start :func:`preflight` in a thread of its own and return at once.
 
     Its round trips (a few hundred milliseconds against a participant that serves one request at a time)
     go beside whatever the caller does next: ``aml-ray run`` starts it once its options and dataset are

@@ -10,7 +10,7 @@ Where the tracker lives: a Ray actor of its own, on the driver's node (it surviv
 or, in a private cluster's single-stage run, inside the Ingest actor (:class:`InProcess` there; the driver
 calls it in that actor's ``progress`` concurrency group, :meth:`aml_ray.stages.ingest.IngestStage.progress`):
 one Ray worker process less, which costs about 1 % of a core while the run lasts, Ray's 10 ms signal check
-in every worker process, and a second of CPU to start (docs/ray-notes.md, issue 29). It is thread-safe for
+in every worker process, and a second of CPU to start (docs/ray-notes.md). It is thread-safe for
 that: the driver's calls run on that group's event loop thread, the stage's on the actor's own.
 """
 

@@ -2,8 +2,8 @@
 
 The git commit (a ``git rev-parse`` child process) and the pipeline code hash (every source file of the
 package read and hashed) took 0.08-0.13 s of a run's preparation in traced runs of ``aml-ray run`` on 2
-cores while Ray started beside it (2-7 ms and 5-6 ms on an idle machine), on the path to the first Add
-(issue 29, the fixed cost). The command line starts them in a thread right after the pre-flight
+cores while Ray started beside it (2-7 ms and 5-6 ms on an idle machine), on the path to the first Add.
+The command line starts them in a thread right after the pre-flight
 (:func:`start_code_provenance`); the run's preparation takes that result (:func:`code_provenance`), or
 computes its own when nothing was started (service jobs, suites, library calls: one each, never shared
 between runs). Standard library only: it is imported before the evaluation's heavy modules.

@@ -5,7 +5,7 @@ Pure Python (no Ray, no HTTP). One module per scoring concept; each names its so
 The score table (:mod:`aml_ray.scoring.aggregate`: ``aggregate``, ``latency_summary``, ``OVERALL``) is
 imported from its module, not from this package: it needs polars, which ``aml-ray run``'s checks before the
 pre-flight (the suite bundles' judge protocols, :mod:`aml_ray.scoring.judge_protocols`) then do not
-import (issue 29, the fixed cost).
+import.
 """
 
 from aml_ray.scoring.bleu import bleu1

@@ -25,7 +25,7 @@ _WORD = re.compile(r"\w+")
 @cache
 def _nltk_bleu():
     """``(sentence_bleu, smoothing method1)``, imported on the first score: nltk's import takes about
-    0.14 s, which a driver that only imports the scoring modules never needs (issue 29)."""
+    0.14 s, which a driver that only imports the scoring modules never needs."""
     from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
     return sentence_bleu, SmoothingFunction().method1

@@ -3,7 +3,7 @@
 Source: B. Efron and R. J. Tibshirani, *An Introduction to the Bootstrap* (Chapman & Hall, 1993):
 the nonparametric bootstrap (ch. 6) with the **percentile interval** (ch. 13), and their advice that
 B = 1000 to 2000 resamples suffice for percentile intervals (ch. 19). DESIGN.md ("Aggregation") asks for
-a standard error or bootstrap CI next to every score; issue 25 asks for the bootstrap, question-level.
+a standard error or bootstrap CI next to every score; this is the bootstrap, question-level.
 
 The rule, for the ``n`` per-question credits ``x`` of one group (a category, a dataset, a run):
 
@@ -147,8 +147,7 @@ def mean_cis(columns: Sequence[Sequence[float] | np.ndarray], *, resamples: int 
 
     :func:`mean_ci` draws its ``(B, n)`` index matrix from a fresh generator seeded with ``seed``, so every
     group of ``n`` credits is resampled with the same matrix; here it is drawn once for all the columns
-    of one length (e.g. one category's recall at each K) instead of once per column (issue 29, the run's
-    tail: the draw was about two thirds of an interval's time).
+    of one length (e.g. one category's recall at each K) instead of once per column.
 
     Examples:
         >>> mean_cis([[1.0] * 50 + [0.0] * 50, [0.5] * 100, []]) == [mean_ci([1.0] * 50 + [0.0] * 50),

@@ -25,7 +25,7 @@ Per question with at least one resolved unit: ``recall@K`` = units covered by th
 resolved units, for K in :data:`KS`; ``first_rank`` = the 1-based rank of the first memory that covers
 any unit (None when none does). Per category and overall: the mean ``recall@K`` over those questions,
 with a 95 % percentile bootstrap interval for the headline (fuzzy) rule (question-level, the rule of
-:mod:`aml_ray.scoring.bootstrap`, issue 25), the share of them with a hit, and the median ``first_rank``
+:mod:`aml_ray.scoring.bootstrap`), the share of them with a hit, and the median ``first_rank``
 of those with one.
 """
 

@@ -1,6 +1,6 @@
 """Repeated judging (``--judge-runs``): each run's accuracy with the credit the score table gives.
 
-Rule (issue 26, item 3): run 1 of a question is what the table scores (:mod:`aml_ray.scoring.aggregate`:
+Rule: run 1 of a question is what the table scores (:mod:`aml_ray.scoring.aggregate`:
 the scorer's ``score`` when it gives one, partial credit included, else 1 for a CORRECT ``verdict``; 0 for
 any status other than ``scored``; excluded questions left out). A later run ``i`` is read from the
 question's ``judge_verdicts[i]`` (:func:`verdict_credit`): ``CORRECT`` 1, a decimal string its value (the

@@ -31,7 +31,7 @@ _ARTICLES_AND = regex.compile(r"\b(a|an|the|and)\b")
 @cache
 def _stemmer():
     """nltk's ``PorterStemmer()``, made on the first stem: nltk's import takes about 0.13 s, which a
-    driver that only imports the scoring modules never needs (issue 29)."""
+    driver that only imports the scoring modules never needs."""
     from nltk.stem import PorterStemmer
 
     return PorterStemmer()

@@ -11,7 +11,7 @@ submitted through another replica, and jobs whose runner died and whose lease ex
 
 It keeps one job actor started ahead (``settings.standby_job_actor``; :mod:`aml_ray.serve_app.job_actor`):
 a claimed job goes to that standby, so the job's first request does not wait for a worker process, the
-service's imports and the store (1.3-2.7 s on 2 cores, issue 29), and the next standby starts behind it.
+service's imports and the store (1.3-2.7 s on 2 cores), and the next standby starts behind it.
 
 It also runs the evidence purge on its schedule (``settings.purge_interval_s``; :mod:`aml_ray.store.retention`).
 

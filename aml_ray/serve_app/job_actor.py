@@ -6,7 +6,7 @@ under the lease the dispatcher claimed, renewing it while it runs, then exits (`
 no finished job leaves a process behind. When the actor dies with its node, nothing renews the lease; once
 it expires, any replica's dispatcher claims the job again and a new actor resumes it from its evidence.
 
-Standby (issue 29: a smoke job's first Add within a second or two of its submission): starting a job
+Standby (a smoke job's first Add within a second or two of its submission): starting a job
 actor (a worker process, the service's imports, the store) took 1.3-2.7 s on 2 cores, all before the
 job's first request. So each dispatcher keeps one actor started ahead, with no job
 (:meth:`aml_ray.serve_app.dispatch.JobDispatcher.turn`), and hands it the next claimed job; it then starts

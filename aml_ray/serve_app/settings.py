@@ -120,8 +120,8 @@ class ServiceSettings:
         run_worker: start the background job worker (off for tests that only exercise routes).
         health_check: GET the declared health URL when an access request is submitted.
         num_cpus: CPUs for a Ray cluster a job starts itself (ignored when Ray is running).
-        max_concurrent_jobs: jobs one replica's dispatcher runs at once, each in its own Ray actor (issue 7:
-            many participants at once); they share each participant version's and each model endpoint's
+        max_concurrent_jobs: jobs one replica's dispatcher runs at once, each in its own Ray actor (many
+            participants at once); they share each participant version's and each model endpoint's
             declared limits (:mod:`aml_ray.actors.shared`).
         lease_s: seconds a job's claim lasts unless its runner renews it (:mod:`aml_ray.store.queue`);
             a job whose runner died is resumed by another after at most this long.

@@ -55,7 +55,7 @@ PROGRESS_GROUP = "progress"
 PROGRESS_GROUP_SIZE = 4
 #: When the offline models run in this actor, a sample's last questions, this many, are searched in a call of
 #: their own, sent with the call of the others: the others are answered and judged while these Searches are
-#: still out, so after the run's last Search only these rows are left to answer (issue 29, the run's tail).
+#: still out, so after the run's last Search only these rows are left to answer.
 #: One call more per sample, not one per part: each costs the client and Ingest actors CPU.
 ANSWERED_LAST_ROWS = 16
 

@@ -8,7 +8,7 @@ on judge output and no question leaves the denominator. With ``judge_runs > 1`` 
 that many times (runs after the first bypass the cache); ``verdict`` is the first run's and
 ``judge_verdicts`` holds all of them, for a mean and standard deviation of accuracy.
 
-Evidence of the replies (issue 24: a re-ask once hid the negative reply it replaced): ``judge_raw`` is the
+Evidence of the replies (a re-ask once hid the negative reply it replaced): ``judge_raw`` is the
 first run's last reply (the one ``verdict`` was read from), ``judge_raw_all`` every reply text of every
 ask of every run, in the order asked, an empty reply as ``""``; a failed call adds no text
 (``judge_attempts`` counts every call).

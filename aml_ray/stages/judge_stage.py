@@ -2,7 +2,7 @@
 
 The scoring contract is looked up in :mod:`aml_ray.stages.scorers` (default ``binary_judge``,
 :func:`aml_ray.stages.judge.judge_rows`); this module sits above both, so neither imports the other
-back (issue 30: the judge <-> scorers import circle).
+back (the judge <-> scorers import circle).
 """
 
 from __future__ import annotations

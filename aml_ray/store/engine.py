@@ -47,8 +47,8 @@ def database_url(env: dict[str, str] | None = None) -> str:
 def private_file(path: Path) -> None:
     """Create ``path`` empty with mode 0600 if missing, else set its mode to 0600 (owner read/write only).
 
-    The SQLite file holds hashed keys, encrypted credentials and private results: not world-readable
-    (issue 28). SQLite gives its ``-wal`` and ``-shm`` files the database file's mode.
+    The SQLite file holds hashed keys, encrypted credentials and private results: not world-readable.
+    SQLite gives its ``-wal`` and ``-shm`` files the database file's mode.
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     os.close(fd)

@@ -160,7 +160,7 @@ def mark_failed(job: Job, summary: str, *, status: str = "failed") -> None:
     """End ``job`` as ``failed`` (or ``partial``: it ran, but its evidence misses Adds or questions) with a
     secret-free error summary.
 
-    A full job that did not complete gives its quota slot back (issue 24): the seed's "at most 2 full
+    A full job that did not complete gives its quota slot back: the seed's "at most 2 full
     runs" counts runs that measured the system, and it opens no review. A smoke stays charged (it used
     the platform's capacity; the hourly limit is what it protects).
     """

@@ -6,7 +6,7 @@ node lost, process killed) or that it never had (a row written before leases exi
 ``attempts > 1`` is a resumption, and the runner continues the run from its evidence
 (:func:`aml_ray.run.evaluation.evaluate` with ``resume``).
 
-Exclusivity (issue 28; seed "several replicas"): on PostgreSQL the candidate row is selected with
+Exclusivity (the seed's "several replicas"): on PostgreSQL the candidate row is selected with
 ``SELECT ... FOR UPDATE SKIP LOCKED``, so concurrent claimers each lock a different row and never wait on
 one another; on SQLite (one writer at a time) the claim is one conditional ``UPDATE ... WHERE id = :id AND
 <claimable>`` whose row count says whether this caller won. Either way one job has one owner at a time.

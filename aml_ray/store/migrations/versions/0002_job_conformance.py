@@ -1,4 +1,4 @@
-"""Jobs keep the conformance report of their smoke run (issue 8: smoke runs the check battery first).
+"""Jobs keep the conformance report of their smoke run (smoke runs the check battery first).
 
 Revision ID: 0002_job_conformance
 Revises: 0001_initial

@@ -1,4 +1,4 @@
-"""Job stages count their failed units beside the done ones (issue 24: progress says done vs failed).
+"""Job stages count their failed units beside the done ones (progress says done vs failed).
 
 Revision ID: 0003_stage_failed
 Revises: 0002_job_conformance

@@ -1,4 +1,4 @@
-"""Durable jobs (issue 28): a job's lease (owner, expiry, attempts) for the database queue, and the answer
+"""Durable jobs: a job's lease (owner, expiry, attempts) for the database queue, and the answer
 model and suite of a public row.
 
 Revision ID: 0004_durable_jobs

@@ -1,5 +1,5 @@
-"""Submitter delivery (issue 28, 7): an access request's status-token hash and its held, encrypted key;
-benchmark proposals (issue 28, 8).
+"""Submitter delivery: an access request's status-token hash and its held, encrypted key;
+benchmark proposals.
 
 Revision ID: 0005_page_delivery
 Revises: 0004_durable_jobs
