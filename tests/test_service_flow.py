@@ -8,32 +8,19 @@ plaintext secrets.
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from cryptography.fernet import Fernet
-from pydantic import SecretStr
 
-from aml_ray.config import ModelEndpoint
 from aml_ray.reference.server import ReferenceServer
-from aml_ray.serve_app.settings import ServiceSettings
-from tests.fake_openai import FakeOpenAI, Reply
-from tests.servers import ThreadServer
+from tests.serve_harness import ADMIN, served
 from tests.service_suites import SAMPLE_LIMIT_CHECKS, locomo_only_suite, waive_sample_limit
 
 pytestmark = pytest.mark.ray
 
-ADMIN = "admin-token-flow-test-9f8e7d6c5b4a"
 MSK = "msk-flow-secret-4b1d2c3a9e8f7a6b"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Api:
@@ -61,38 +48,12 @@ class Api:
 
 @pytest.fixture
 def serve_app(ray_session, locomo_file, tmp_path):
-    from ray import serve
-
-    from aml_ray.serve_app.deployment import run
-
     # the suite's locked models (gpt-4o-mini) behind a local OpenAI-compatible server: the offline answerer and
-    # judge are never published (issue 28); the judge calls about half the answers correct, by prompt length
-    fake = FakeOpenAI(lambda prompt, n: Reply('Short.\n{"label": "%s"}' % ("CORRECT" if len(prompt) % 2 else "WRONG")))
-    http = ThreadServer(fake.app).__enter__()
-    models = {role: ModelEndpoint(role=role, base_url=f"{http.base_url}/v1", model="gpt-4o-mini",
-                                  api_key=SecretStr("sk-test"), cache_path=None) for role in ("answer", "judge")}
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}",
-                               master_keys=[SecretStr(Fernet.generate_key().decode())],
-                               admin_token=SecretStr(ADMIN), allow_loopback=True, runs_dir=tmp_path / "runs",
-                               dataset_paths={"locomo": locomo_file}, suites={"textual": locomo_only_suite()},
-                               smoke_limit_samples=1, full_limit_samples=1, **models)
-    port = free_port()
-    run(settings, host="127.0.0.1", port=port)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # Serve answers 404 until the routes are ready
-        try:
-            if httpx.get(f"{base}/api/leaderboard/textual", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "Serve app not ready within 60 s"
-        time.sleep(0.2)
-    try:
+    # judge are never published; the judge calls about half the answers correct, by prompt length
+    with served(tmp_path, lambda prompt: 'Short.\n{"label": "%s"}' % ("CORRECT" if len(prompt) % 2 else "WRONG"),
+                ready_s=60, dataset_paths={"locomo": locomo_file}, suites={"textual": locomo_only_suite()},
+                smoke_limit_samples=1, full_limit_samples=1) as base:
         yield base, tmp_path
-    finally:
-        serve.shutdown()
-        http.__exit__(None, None, None)
 
 
 def _onboard(api: Api, ref: ReferenceServer, system: str) -> tuple[str, str]:

@@ -182,18 +182,25 @@ def overall_of(outcomes: list[BundleOutcome]) -> dict[str, Any]:
         True
         >>> o["complete"], o["lacks"]
         (False, ['c', 'd'])
+        >>> s = BundleOutcome("s", "s", "S", "ran", score=0.5, n_total=2, n_scored=2, credits=[1.0, 0.0],
+        ...                   substitute_for="p")
+        >>> overall_of([BundleOutcome("p", "p", "P", "skipped", reason="absent: p.json not found"), s])["lacks"]
+        []
 
     Returns:
         ``{"score", "score_ci_low", "score_ci_high", "coverage", "n_total", "n_scored", "datasets",
         "complete", "lacks"}``: score and its interval are None when nothing ran (the interval also when a
         bundle's credits are unknown); coverage = scored questions / non-excluded questions summed over the
         bundles that ran; ``lacks`` names the bundles that failed or were skipped (a substitute whose
-        primary is present is not lacking), ``complete`` is True when it names none.
+        primary is present is not lacking, nor a primary whose substitute ran), ``complete`` is True when it
+        names none.
     """
     from aml_ray.scoring.bootstrap import mean_of_means_ci
 
     ran = [o for o in outcomes if o.status == "ran" and o.score is not None]
-    lacks = [o.name for o in outcomes if o.status != "ran" and not (o.reason or "").startswith(STANDS_IN)]
+    stood_in = {o.substitute_for for o in ran if o.substitute_for}  # an absent primary its substitute replaced
+    lacks = [o.name for o in outcomes if o.status != "ran" and o.name not in stood_in
+             and not (o.reason or "").startswith(STANDS_IN)]
     n_total = sum(o.n_total for o in ran)
     n_scored = sum(o.n_scored for o in ran)
     credits = [o.question_credits() for o in ran]

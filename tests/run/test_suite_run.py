@@ -36,6 +36,7 @@ def test_the_whole_textual_suite_completes_against_the_reference_system(tmp_path
     assert bundles["personamem"]["reason"].startswith("absent:")
     assert info["overall"]["datasets"] == 3 and info["overall"]["n_scored"] == info["overall"]["n_total"]
     assert info["overall"]["complete"] is False and "personamem" in info["overall"]["lacks"]
+    assert "longmemeval_s" not in info["overall"]["lacks"]  # the oracle bundle stood in for it
     assert all(bundles[n]["wall_s"] > 0 for n in PRESENT) and bundles["personamem"]["wall_s"] == 0
 
 

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
 import pytest
-from cryptography.fernet import Fernet
-from pydantic import SecretStr
 
-from aml_ray.config import ModelEndpoint
 from aml_ray.reference.server import ReferenceServer
-from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.suite import SUITES_DIR
 from tests.conftest import SHARED_DATASETS
-from tests.fake_openai import FakeOpenAI, Reply
-from tests.servers import ThreadServer
-from tests.test_service_flow import ADMIN, MSK, Api, _onboard, free_port
+from tests.serve_harness import ADMIN, served
+from tests.test_service_flow import MSK, Api, _onboard
 
 pytestmark = pytest.mark.ray
 
@@ -48,36 +41,9 @@ def judge_reply(prompt: str) -> str:
 
 @pytest.fixture
 def service(ray_session, tmp_path):
-    from ray import serve
-
-    from aml_ray.serve_app.deployment import run
-
-    fake = FakeOpenAI(lambda prompt, n: Reply(judge_reply(prompt)))
-    http = ThreadServer(fake.app).__enter__()
-    models = {role: ModelEndpoint(role=role, base_url=f"{http.base_url}/v1", model="gpt-4o-mini",
-                                  api_key=SecretStr("sk-test"), cache_path=None) for role in ("answer", "judge")}
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'aml.sqlite3'}",
-                               master_keys=[SecretStr(Fernet.generate_key().decode())],
-                               admin_token=SecretStr(ADMIN), allow_loopback=True, runs_dir=tmp_path / "runs",
-                               datasets_dir=SHARED_DATASETS, suites={"textual": present_bundles_suite()},
-                               smoke_limit_samples=1, full_limit_samples=1, **models)
-    port = free_port()
-    run(settings, host="127.0.0.1", port=port)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:  # Serve answers 404 until the routes are ready
-        try:
-            if httpx.get(f"{base}/api/leaderboard/textual", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "Serve app not ready within 120 s"
-        time.sleep(0.2)
-    try:
+    with served(tmp_path, judge_reply, datasets_dir=SHARED_DATASETS, suites={"textual": present_bundles_suite()},
+                smoke_limit_samples=1, full_limit_samples=1) as base:
         yield base
-    finally:
-        serve.shutdown()
-        http.__exit__(None, None, None)
 
 
 def test_a_full_job_over_every_present_bundle_completes_and_reaches_review(service, tmp_path):
