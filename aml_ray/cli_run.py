@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,7 +257,7 @@ def run_suite(opts: RunOptions, answer, judge) -> None:
         except (FileNotFoundError, FileExistsError, ValueError) as exc:
             fail(str(exc))
         except Exception as exc:  # noqa: BLE001 - Ray's start, an internal error: one line, not a traceback
-            fail_internal(exc, opts.out)
+            fail_internal(exc, opts.out, opts.secret_env)
     if any(o.status == "failed" for o in result.outcomes):
         raise typer.Exit(EXIT_RUN_FAILED)
 
@@ -332,16 +333,17 @@ def run_dataset(opts: RunOptions, declared, answer, judge) -> None:
                 fail(str(exc))
             except Exception as exc:  # noqa: BLE001 - Ray's start, a lost actor, an internal error: one line
                 progress.stop()
-                fail_internal(exc, opts.out)
+                fail_internal(exc, opts.out, opts.secret_env)
     try:
         print_result(opts, result, label, declared.category_names)
     except KeyboardInterrupt:
         fail(interrupted_message(opts.out), EXIT_INTERRUPTED)
 
 
-def fail_internal(exc: BaseException, out: Path) -> None:
+def fail_internal(exc: BaseException, out: Path, secret_env: str | None = None) -> None:
     """Exit :data:`~aml_ray.cli_common.EXIT_RUN_FAILED` on an error of the platform's own (not the participant's
-    nor the input's): one line with its cause; the traceback goes to ``out/error.log`` for a bug report.
+    nor the input's): one line with its cause; the traceback goes to ``out/error.log`` for a bug report. The
+    Memory System Key (the value of ``secret_env``) is replaced by ``***`` in both.
 
     Raises:
         typer.Exit: always.
@@ -350,12 +352,17 @@ def fail_internal(exc: BaseException, out: Path) -> None:
 
     from aml_ray.run.pipeline import error_cause
 
+    secret = os.environ.get(secret_env or "") or None
+
+    def redacted(text: str) -> str:
+        return text.replace(secret, "***") if secret else text
+
     log_path = out / "error.log"
     try:
-        log_path.write_text("".join(traceback.format_exception(exc)))
+        log_path.write_text(redacted("".join(traceback.format_exception(exc))))
     except OSError:
         log_path = None
-    cause = " ".join(error_cause(exc).split())[:500]
+    cause = redacted(" ".join(error_cause(exc).split()))[:500]
     fail(f"run failed: {cause}" + (f" (traceback: {log_path})" if log_path else ""), EXIT_RUN_FAILED)
 
 

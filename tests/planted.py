@@ -8,6 +8,7 @@ Answered from its gold turn alone, each question is correct with the offline ans
   with the gold retrieved: a synthesis miss);
 - ``never_gold_app``: Search returns one memory that covers no gold turn (a retrieval miss);
 - ``gold_only_app``: Search returns the gold turn alone (every answer correct).
+- ``empty_app``: Search never returns a memory (every Add acknowledged).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def gold_first_app() -> FastAPI:
 def never_gold_app() -> FastAPI:
     """One memory that covers no gold turn."""
     return _app(lambda q: ["Nothing relevant is stored here."])
+
+
+def empty_app() -> FastAPI:
+    """A participant that acknowledges every Add and never returns a memory."""
+    return _app(lambda q: [])
 
 
 def gold_only_app() -> FastAPI:

@@ -58,3 +58,16 @@ def test_resume_refuses_a_run_that_is_still_running(tmp_path, locomo_file):
         other.kill()
         other.wait()
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "running"  # never marked by the refusal
+
+
+def test_an_internal_error_never_writes_the_memory_system_key(tmp_path, monkeypatch):
+    import typer
+
+    from aml_ray.cli_run import fail_internal
+
+    monkeypatch.setenv("MEMORY_KEY", "msk-very-secret-1234")
+    with pytest.raises(typer.Exit) as info:
+        fail_internal(RuntimeError("connect failed with key msk-very-secret-1234"), tmp_path, "MEMORY_KEY")
+    assert info.value.exit_code == 1
+    log = (tmp_path / "error.log").read_text()
+    assert "msk-very-secret-1234" not in log and "connect failed with key ***" in log

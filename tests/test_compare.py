@@ -13,7 +13,6 @@ import shutil
 import numpy as np
 import polars as pl
 import pytest
-from fastapi import FastAPI, Request
 from typer.testing import CliRunner
 
 from aml_ray.actors.participant import ParticipantSpec
@@ -25,6 +24,7 @@ from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.evidence import read_questions
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.scoring.bootstrap import paired_difference_ci
+from tests.planted import empty_app
 from tests.servers import ThreadServer
 
 OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
@@ -124,22 +124,6 @@ def test_runs_of_different_sizes_are_refused_unless_allowed():
 # --- two real runs ----------------------------------------------------------------------------------------
 
 
-def _empty_app() -> FastAPI:
-    """A participant that acknowledges every Add and never returns a memory."""
-    api = FastAPI()
-
-    @api.post("/add")
-    async def add(request: Request):
-        b = await request.json()
-        return {"success": True, "request_id": b["request_id"], "user_id": b["user_id"], "session_id": b["session_id"]}
-
-    @api.post("/search")
-    async def search(request: Request):
-        return {"data": []}
-
-    return api
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, locomo_file, ray_session):
     """``(bm25_dir, empty_dir)``: conv-26 (1 sample) against reference:bm25 and against the empty participant."""
@@ -148,7 +132,7 @@ def runs(tmp_path_factory, locomo_file, ray_session):
         spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
         evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "bm25", data_path=locomo_file,
                                   limit_samples=1, run_label="bm25", participant_label="reference:bm25", **OFFLINE))
-    with ThreadServer(_empty_app()) as server:
+    with ThreadServer(empty_app()) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
         evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "empty", data_path=locomo_file,
                                   limit_samples=1, run_label="empty", participant_label="empty", **OFFLINE))
@@ -213,7 +197,7 @@ def test_cli_compare_tables_and_json(runs):
 def two_sample_run(tmp_path_factory, locomo_file, ray_session):
     """conv-26 and conv-30 (2 samples) against the empty participant: a run twice the size of ``runs``'."""
     out = tmp_path_factory.mktemp("compare_two") / "empty2"
-    with ThreadServer(_empty_app()) as server:
+    with ThreadServer(empty_app()) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
         evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=out, data_path=locomo_file,
                                   limit_samples=2, run_label="empty2", participant_label="empty", **OFFLINE))

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fastapi import FastAPI, Request
 from typer.testing import CliRunner
 
 from aml_ray.actors.participant import ParticipantSpec
@@ -25,28 +24,13 @@ from aml_ray.config import model_endpoint_from_env
 from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.reference.server import ReferenceServer
 from aml_ray.report import DPI, RunData, histogram_figure, load_run, run_dirs
+from tests.planted import empty_app
 from tests.servers import ThreadServer
 
 CHROMIUM = Path(os.environ.get("AML_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
 OFFLINE = {"answer": model_endpoint_from_env("answer", {}), "judge": model_endpoint_from_env("judge", {})}
-
-
-def _empty_app() -> FastAPI:
-    """A participant that acknowledges every Add and never returns a memory."""
-    api = FastAPI()
-
-    @api.post("/add")
-    async def add(request: Request):
-        b = await request.json()
-        return {"success": True, "request_id": b["request_id"], "user_id": b["user_id"], "session_id": b["session_id"]}
-
-    @api.post("/search")
-    async def search(request: Request):
-        return {"data": []}
-
-    return api
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +41,7 @@ def runs(tmp_path_factory, locomo_file, ray_session):
         spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
         evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "bm25", data_path=locomo_file,
                                   limit_samples=1, run_label="bm25", participant_label="reference:bm25", **OFFLINE))
-    with ThreadServer(_empty_app()) as server:
+    with ThreadServer(empty_app()) as server:
         spec = ParticipantSpec(add_url=f"{server.base_url}/add", search_url=f"{server.base_url}/search")
         evaluate(EvaluationConfig(dataset="locomo", participant=spec, out_dir=tmp / "empty", data_path=locomo_file,
                                   limit_samples=1, run_label="empty", participant_label="empty", **OFFLINE))

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.ray
 MSK = "msk-flow-secret-4b1d2c3a9e8f7a6b"
 
 
+CHECKLIST = {"smoke_passed": True, "contract_followed": True, "run_instructions_complete": True,
+             "original_work_disclosed": True, "no_integrity_violation": True}
+
+
 class Api:
     """An httpx client that keeps every response body for the secret search."""
 
@@ -35,6 +39,15 @@ class Api:
         r = self.client.request(method, path, headers=headers, **kwargs)
         self.bodies.append(r.text)
         return r
+
+    def post_job(self, key: str, version_id: str, mode: str, run_label: str) -> str:
+        """Submit a Textual job (a full one with the whole checklist ticked); asserts 202, returns its id."""
+        body = {"version_id": version_id, "mode": mode, "run_label": run_label, "track": "textual"}
+        if mode == "full":
+            body["checklist"] = CHECKLIST
+        r = self.call("POST", "/api/jobs", key=key, json=body)
+        assert r.status_code == 202, r.text
+        return r.json()["id"]
 
     def wait_job(self, job_id: str, key: str, timeout: float = 240.0) -> dict:
         deadline = time.monotonic() + timeout
@@ -98,13 +111,7 @@ def test_full_participant_flow_on_serve(serve_app, tmp_path):
                                                              "run_label": "smoke-2", "track": "textual"})
         assert again.status_code == 429 and "1 per hour" in again.json()["detail"]["reason"]
 
-        checklist = {"smoke_passed": True, "contract_followed": True, "run_instructions_complete": True,
-                     "original_work_disclosed": True, "no_integrity_violation": True}
-        full = api.call("POST", "/api/jobs", key=key, json={"version_id": version_id, "mode": "full",
-                                                            "run_label": "full-1", "track": "textual",
-                                                            "checklist": checklist})
-        assert full.status_code == 202, full.text
-        full_job = api.wait_job(full.json()["id"], key)
+        full_job = api.wait_job(api.post_job(key, version_id, "full", "full-1"), key)
         assert full_job["status"] == "completed", full_job
 
     result = api.call("GET", f"/api/results/{full_job['id']}", key=key)

@@ -50,17 +50,9 @@ def test_a_full_job_over_every_present_bundle_completes_and_reaches_review(servi
     api = Api(service)
     with ReferenceServer(tmp_path / "reference", auth="Bearer", secret=MSK) as ref:
         key, version_id = _onboard(api, ref, "BM25 reference")
-        smoke = api.call("POST", "/api/jobs", key=key, json={"version_id": version_id, "mode": "smoke",
-                                                             "run_label": "smoke-1", "track": "textual"})
-        assert smoke.status_code == 202, smoke.text
-        assert api.wait_job(smoke.json()["id"], key, timeout=600)["status"] == "completed"
-        checklist = {"smoke_passed": True, "contract_followed": True, "run_instructions_complete": True,
-                     "original_work_disclosed": True, "no_integrity_violation": True}
-        full = api.call("POST", "/api/jobs", key=key, json={"version_id": version_id, "mode": "full",
-                                                            "run_label": "full-1", "track": "textual",
-                                                            "checklist": checklist})
-        assert full.status_code == 202, full.text
-        job = api.wait_job(full.json()["id"], key, timeout=900)
+        smoke = api.post_job(key, version_id, "smoke", "smoke-1")
+        assert api.wait_job(smoke, key, timeout=600)["status"] == "completed"
+        job = api.wait_job(api.post_job(key, version_id, "full", "full-1"), key, timeout=900)
     assert job["status"] == "completed", job["error_summary"]
     res = api.call("GET", f"/api/results/{job['id']}", key=key).json()
     assert sorted(res["facts"]["datasets"]) == sorted(PRESENT)
