@@ -276,9 +276,9 @@ def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_th
 
     passes: list[tuple[str, ...]] = []
     fed: list[int] = []
-    read, feed = checks_module.iter_question_memories, checks_module.RunningChecks.feed
+    read, feed = checks_module.iter_question_rows, checks_module.RunningChecks.feed
 
-    def counted(files, columns=("question_id", "user_id", "memories")):
+    def counted(files, columns):
         passes.append(tuple(columns))
         return read(files, columns)
 
@@ -286,7 +286,7 @@ def test_the_memories_are_checked_once_along_with_the_pipeline_and_agree_with_th
         fed.append(table.num_rows)
         return feed(self, table)
 
-    monkeypatch.setattr(checks_module, "iter_question_memories", counted)
+    monkeypatch.setattr(checks_module, "iter_question_rows", counted)
     monkeypatch.setattr(checks_module.RunningChecks, "feed", counted_feed)
     info = _retrieval_run_on_the_reference_system(tmp_path, locomo_file)
     assert passes == [] and sum(fed) == info["dataset"]["scorable_questions"]

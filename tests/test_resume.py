@@ -20,6 +20,7 @@ from aml_ray.run.evaluation import EvaluationConfig, evaluate
 from aml_ray.run.evidence import AddJournal, EvidenceError, RunDir, finish_add_journals, read_adds, read_questions
 from aml_ray.run.pipeline import StageFailed
 from aml_ray.reference.server import ReferenceServer
+from aml_ray.retry import RetryPolicy
 from tests.servers import ThreadServer
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -31,6 +32,8 @@ class Proxy:
 
     def __init__(self, upstream: str):
         self.fail_chunk: int | None = None
+        self.away_chunks: set[int] = set()  # Adds answered 503 (retried, then given up): the participant is away
+        self.away_queries: set[str] = set()  # Searches answered 503
         self.add_ids: list[str] = []
         self.search_refs: Counter[str] = Counter()
         self.app = FastAPI()
@@ -43,6 +46,8 @@ class Proxy:
                 self.add_ids.append(body["request_id"])
             if not probe and self.fail_chunk is not None and body["request_id"].endswith(f":chunk-{self.fail_chunk}"):
                 return JSONResponse({"detail": {"reason": "scripted stop"}}, status_code=400)
+            if not probe and int(body["request_id"].rsplit("-", 1)[1]) in self.away_chunks:
+                return JSONResponse({"detail": "away"}, status_code=503)
             async with httpx.AsyncClient() as c:
                 r = await c.post(f"{upstream}/add", json=body)
             return JSONResponse(r.json(), status_code=r.status_code)
@@ -52,13 +57,20 @@ class Proxy:
             body = await request.json()
             if not body["user_id"].endswith(":preflight"):
                 self.search_refs[body["query"]] += 1
+                if body["query"] in self.away_queries:
+                    return JSONResponse({"detail": "away"}, status_code=503)
             async with httpx.AsyncClient() as c:
                 r = await c.post(f"{upstream}/search", json=body)
             return JSONResponse(r.json(), status_code=r.status_code)
 
 
+#: two attempts, milliseconds apart: a request to an away participant gives up at once
+QUICK = RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.05)
+
+
 def config(out, url, locomo_file, **kw) -> EvaluationConfig:
-    return EvaluationConfig(dataset="locomo", participant=ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search"),
+    spec = ParticipantSpec(add_url=f"{url}/add", search_url=f"{url}/search", retry=QUICK)
+    return EvaluationConfig(dataset="locomo", participant=spec,
                             out_dir=out, data_path=locomo_file, limit_samples=1, participant_label="proxy", **OFFLINE, **kw)
 
 
@@ -70,11 +82,23 @@ def stored(ref: ReferenceServer) -> list[tuple[str, int]]:
         return sorted(db.execute("SELECT content, timestamp_ms FROM memories").fetchall())
 
 
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, locomo_file, ray_session):
+    """An uninterrupted run of conv-26 through the proxy: ``(result, stored messages)``, shared by the tests
+    that compare a resumed run with it."""
+    tmp = tmp_path_factory.mktemp("clean")
+    with ReferenceServer(tmp / "ref") as ref:
+        with ThreadServer(Proxy(ref.base_url).app) as server:
+            result = evaluate(config(tmp / "run", server.base_url, locomo_file))
+        return result, stored(ref)
+
+
 # stopped at chunk 10, the resumed run streams the 18 Adds left (add_stream); stopped at the last chunk,
 # it sends the one Add left in a plain call (add_sample)
 @pytest.mark.parametrize("stop", [10, 27])
-def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path, locomo_file, stop):
-    with ReferenceServer(tmp_path / "ref-a") as ref_a, ReferenceServer(tmp_path / "ref-b") as ref_b:
+def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path, locomo_file, stop, clean):
+    clean, stored_b = clean
+    with ReferenceServer(tmp_path / "ref-a") as ref_a:
         proxy = Proxy(ref_a.base_url)
         with ThreadServer(proxy.app) as server:
             proxy.fail_chunk = stop
@@ -85,10 +109,7 @@ def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path
             assert [r["chunk_index"] for r in AddJournal(run_dir, "conv-26").rows()] == list(range(stop))
             proxy.fail_chunk = None
             resumed = evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
-        clean_proxy = Proxy(ref_b.base_url)
-        with ThreadServer(clean_proxy.app) as server_b:
-            clean = evaluate(config(tmp_path / "clean", server_b.base_url, locomo_file))
-        stored_a, stored_b = stored(ref_a), stored(ref_b)
+        stored_a = stored(ref_a)
     # finished Adds were not sent again: the chunks before the stop once, the refused one twice (refused,
     # then sent again), the rest once
     counts = Counter(i.rsplit(":", 1)[1] for i in proxy.add_ids)
@@ -101,6 +122,44 @@ def test_resume_continues_a_stopped_run_and_equals_an_uninterrupted_one(tmp_path
     assert resumed.table.drop("dataset").equals(clean.table.drop("dataset"))
     cols = ["question_id", "answer", "verdict", "f1", "status"]
     assert resumed.questions.select(cols).sort("question_id").equals(clean.questions.select(cols).sort("question_id"))
+
+
+def test_resume_sends_again_what_gave_up_while_the_participant_was_away(tmp_path, locomo_file, clean):
+    """Two Adds and two Searches give up (503 until the retries ran out): the run ends partial. Its resume
+    sends those Adds again, searches the sample's questions again on the now whole store, and ends equal
+    to an uninterrupted run, question by question."""
+    questions = [q["question"] for q in json.loads(locomo_file.read_text())[0]["qa"] if q.get("category") != 5]
+    clean, stored_b = clean
+    with ReferenceServer(tmp_path / "ref-a") as ref_a:
+        proxy = Proxy(ref_a.base_url)
+        with ThreadServer(proxy.app) as server:
+            proxy.away_chunks, proxy.away_queries = {10, 11}, set(questions[:2])
+            first = evaluate(config(tmp_path / "run", server.base_url, locomo_file))
+            assert first.run_info["status"] == "partial"
+            assert first.questions.filter(pl.col("status") == "search_error").height == 2
+            searched_first = sum(proxy.search_refs.values())
+            proxy.away_chunks, proxy.away_queries = set(), set()
+            resumed = evaluate(config(tmp_path / "run", server.base_url, locomo_file, resume=True))
+        stored_a = stored(ref_a)
+    run_dir = first.run_dir
+    counts = Counter(i.rsplit(":", 1)[1] for i in proxy.add_ids)
+    # each away Add: two attempts that gave up, then once more on resume, with the same request_id
+    assert counts["chunk-10"] == counts["chunk-11"] == 3 and all(counts[f"chunk-{i}"] == 1 for i in range(28) if i not in (10, 11))
+    assert sum(proxy.search_refs.values()) - searched_first == 152  # the sample's every scorable question
+    assert resumed.run_info["status"] == "completed"
+    assert resumed.run_info["resumed_resends"] == [{"adds": 2, "samples": ["conv-26"], "questions": 152}]
+    resent = [json.loads(line) for line in (run_dir.resent / "adds.jsonl").read_text().splitlines()]
+    assert [(r["chunk_index"], r["status"], r["attempts"]) for r in resent] == [(10, "error", 2), (11, "error", 2)]
+    adds = read_adds(run_dir)
+    assert adds.height == 28 and adds["status"].unique().to_list() == ["ok"]
+    assert stored_a == stored_b
+    assert resumed.table.drop("dataset").equals(clean.table.drop("dataset"))
+    cols = ["question_id", "answer", "verdict", "f1", "status", "n_memories"]
+    assert resumed.questions.select(cols).sort("question_id").equals(clean.questions.select(cols).sort("question_id"))
+    # the first attempt's rows stay in the part files; each question is read once, its latest row
+    assert pl.concat([pl.read_parquet(p, columns=["question_id"]) for p in run_dir.questions.glob("*.parquet")]).height \
+        == first.questions.height + 152
+    assert read_questions(run_dir).height == first.questions.height == clean.questions.height
 
 
 def test_resume_skips_finished_questions_and_refuses_damage(tmp_path, locomo_file):

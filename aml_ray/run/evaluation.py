@@ -40,6 +40,7 @@ from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
+from aml_ray.run.reopen import plan_reopen
 from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray import command_clock, interrupts
@@ -640,12 +641,11 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
         raise ValueError(f"preflight: started for run {started.run_id} ({started.dataset}), not for this run "
                          f"{cfg.run_id} ({spec.name}): start it with the run's own run_id and dataset")
     done: set[str] = set()
+    reopened = None
     if previous is not None:  # evidence already written (a damaged file raises EvidenceError: no restart)
-        import polars as pl
-
-        finished = read_questions(run_dir, columns=("question_id", "status")).filter(pl.col("status").is_not_null())
-        done = set(finished["question_id"].to_list())
-        del finished
+        # what gave up is done again (aml_ray.run.reopen): Adds, their samples' questions, Searches
+        reopened = plan_reopen(run_dir)
+        done = reopened.done_questions
     # one sample at a time into <run>/inputs/ (aml_ray.run.inputs): the driver keeps counts, not rows
     inputs = build_inputs(samples, IdScheme(cfg.run_id, spec.name), out_dir=run_dir.inputs,
                           stream_checkpoints=cfg.stream_checkpoints, done_questions=done,
@@ -679,6 +679,8 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
         info["started_at"] = previous["started_at"]
         info["resumed_at"] = [*previous.get("resumed_at", []), datetime.now(timezone.utc).isoformat()]
         info["resumed_with_done_questions"] = len(done)
+        info["resumed_resends"] = [*previous.get("resumed_resends", []), reopened.describe()]
+        reopened.apply(run_dir)  # the resume is accepted: the evidence changes only now
     write_json_atomic(info, run_dir.run_json)
     return spec, run_dir, media, samples, inputs, answer_prompt, judge_prompt, info, started
 

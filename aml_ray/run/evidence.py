@@ -6,7 +6,10 @@ Layout of a run directory::
     <run_dir>/results.json, results.parquet      the aggregated score table
     <run_dir>/evidence/adds/<sample_id>.parquet  one row per Add chunk (written once the run's traffic is over)
     <run_dir>/evidence/adds/<sample_id>.jsonl    the sample's Add journal while the run is under way
-    <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too)
+    <run_dir>/evidence/questions/part-*.parquet  one row per question (excluded ones too); a question a resumed
+                                                 run searched again has more, the latest counts (read_questions)
+    <run_dir>/evidence/resent/adds.jsonl         Adds that gave up and that a resumed run sent again: their
+                                                 earlier rows (:mod:`aml_ray.run.reopen`)
     <run_dir>/evidence/stopped/adds.jsonl        the Add that stopped a run (contract error or a status that
     <run_dir>/evidence/stopped/searches.jsonl    is not retried), one ADD_SCHEMA row; the Search's, one
                                                  QUESTION_SCHEMA row (:class:`StopLog`)
@@ -252,6 +255,7 @@ class RunDir:
         self.stopped = self.root / "evidence" / "stopped"
         self.recall = self.root / "evidence" / "recall.parquet"  # per-question evidence recall (scoring.evidence_recall)
         self.injections = self.root / "evidence" / "injections.parquet"  # integrity canaries' flags (run.injection)
+        self.resent = self.root / "evidence" / "resent"  # rows a resumed run replaced by sending again (run.reopen)
 
     def add_file(self, sample_id: str) -> Path:
         return self.adds / f"{sample_id}.parquet"
@@ -290,6 +294,44 @@ class AddJournal:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
             fh.flush()
+
+    def gave_up(self) -> list[dict[str, Any]]:
+        """The sample's recorded Adds that gave up (``status`` ``error``: the retries ran out, e.g. the
+        participant had gone away) and have no later ``ok`` row, in journal order; reads only.
+
+        Raises:
+            EvidenceError: as :meth:`rows`.
+        """
+        return self._split(self.rows())[1]
+
+    @staticmethod
+    def _split(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``(kept, taken)``: the latest ``ok`` row of each chunk, by chunk index; every other row, in order."""
+        latest = {row["chunk_index"]: row for row in rows}
+        kept = sorted((r for r in latest.values() if r["status"] == "ok"), key=lambda r: r["chunk_index"])
+        ids = set(map(id, kept))
+        return kept, [row for row in rows if id(row) not in ids]
+
+    def reopen_failed(self, record: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+        """Take the Adds of :meth:`gave_up` out of the sample's evidence, so that the sample's next run sends
+        them again with the same request_id and body; returns the rows taken out (empty: nothing changed).
+
+        ``record(rows)`` gets the rows taken out before anything changes (a kill never loses them). The rows
+        kept, the latest ``ok`` row of each chunk, then become the journal again (written atomically), and the
+        sample's Parquet, if it had one, is removed. A kill in between leaves that Parquet, which :meth:`rows`
+        reads first, so the next resume takes the same rows out.
+
+        Raises:
+            EvidenceError: as :meth:`rows`.
+        """
+        kept, taken = self._split(self.rows())
+        if not taken:
+            return []
+        record(taken)
+        lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in kept)
+        _write_atomic(self.path, lambda tmp: Path(tmp).write_text(lines, encoding="utf-8"))
+        self.final.unlink(missing_ok=True)
+        return taken
 
     def finish(self) -> None:
         """Write the sample's Parquet evidence (rows by chunk index) atomically and drop the journal."""
@@ -344,7 +386,9 @@ class QuestionWriter:
     def __init__(self, run_dir: RunDir):
         self.dir = run_dir.questions
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._next = len(list(self.dir.glob("part-*.parquet")))
+        # after the highest number present: a part file lost from the middle never gets a later one overwritten
+        numbers = [int(p.stem.split("-", 1)[1]) for p in self.dir.glob("part-*.parquet") if p.stem[5:].isdigit()]
+        self._next = max(numbers, default=-1) + 1
         self.rows_written = 0
 
     def write(self, table: pa.Table | Iterable[pa.Table]) -> None:
@@ -494,7 +538,11 @@ def read_adds(run_dir: RunDir) -> pl.DataFrame:
 
 
 def read_questions(run_dir: RunDir, columns: Sequence[str] | None = None) -> pl.DataFrame:
-    """All question evidence rows of a run (schema :data:`QUESTION_SCHEMA`).
+    """The question evidence of a run (schema :data:`QUESTION_SCHEMA`): one row per question, its latest.
+
+    A question a resumed run searched again (:mod:`aml_ray.run.reopen`) has several rows in the part files;
+    the last one, by part file number then row, is its evidence of record and the only one returned (the
+    earlier rows stay in the files, for the audit).
 
     Args:
         run_dir: the run directory.
@@ -506,7 +554,35 @@ def read_questions(run_dir: RunDir, columns: Sequence[str] | None = None) -> pl.
         ValueError: a column the schema does not declare.
         EvidenceError: a damaged evidence file.
     """
-    return _read_dir(run_dir.questions, QUESTION_SCHEMA, columns)
+    wanted = list(columns) if columns is not None else None
+    read = wanted if wanted is None or "question_id" in wanted else [*wanted, "question_id"]
+    frame = _read_dir(run_dir.questions, QUESTION_SCHEMA, read)
+    if frame["question_id"].n_unique() < frame.height:
+        frame = frame.unique(subset="question_id", keep="last", maintain_order=True)
+    return frame if read is wanted else frame.select(wanted)
+
+
+def iter_question_rows(files: Sequence[str | Path], columns: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Question evidence files (in part order) -> each question's latest row (:func:`read_questions`' rule),
+    ``columns`` only, read one row group at a time: a large run's memories are never all in memory.
+
+    Raises:
+        KeyError: a column the files do not hold.
+    """
+    columns = list(columns)
+    ids = [pq.read_table(path, columns=["question_id"]).column(0).to_pylist() for path in files]
+    latest: dict[str, tuple[int, int]] = {}
+    for f, column in enumerate(ids):
+        latest.update((qid, (f, i)) for i, qid in enumerate(column))
+    superseded = sum(map(len, ids)) > len(latest)
+    for f, path in enumerate(files):
+        parquet, at = pq.ParquetFile(path), 0
+        for group in range(parquet.num_row_groups):
+            rows = parquet.read_row_group(group, columns=columns).to_pylist()
+            if superseded:
+                rows = [row for i, row in enumerate(rows, at) if latest[ids[f][i]] == (f, i)]
+            at += parquet.metadata.row_group(group).num_rows
+            yield from rows
 
 
 class StopLog:

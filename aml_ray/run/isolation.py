@@ -25,11 +25,10 @@ checked once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow.parquet as pq
 
 #: Shortest message (in words) the content rule uses: shorter ones ("ok", "haha, yes!") recur by chance.
 MIN_WORDS = 8
@@ -172,14 +171,3 @@ def find_leaks(rows: Iterable[dict[str, Any]], owners: _Owners, *, limit: int = 
         if finder.full:
             break
     return finder.leaks
-
-
-def iter_question_memories(files: Iterable[str], columns: Sequence[str] = ("question_id", "user_id", "memories")
-                           ) -> Iterator[dict[str, Any]]:
-    """Question evidence files -> rows of ``columns`` (default ``{question_id, user_id, memories}``), one row
-    group at a time (a large run's memories are never all in memory)."""
-    columns = list(columns)
-    for path in files:
-        parquet = pq.ParquetFile(path)
-        for group in range(parquet.num_row_groups):
-            yield from parquet.read_row_group(group, columns=columns).to_pylist()

@@ -7,7 +7,8 @@ does the same pass while the pipeline runs, fed each output table as the driver 
 writes as evidence), in a thread of its own, so that after the run's last Search only the last tables are
 left to check: with the reference BM25 system's 100 memories a question, the pass over LoCoMo's 1,540
 questions took 1.0 s of the run's tail. A resumed run, whose evidence holds
-rows of earlier attempts, reads the files instead.
+rows of earlier attempts, reads the files instead, each question's latest row only
+(:func:`aml_ray.run.evidence.iter_question_rows`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from aml_ray.run.evidence import RunDir, as_question_table, write_parquet_atomic
+from aml_ray.run.evidence import RunDir, as_question_table, iter_question_rows, write_parquet_atomic
 from aml_ray.run.injection import InjectionFinder
 from aml_ray.run.inputs import PipelineInputs, read_sample_files
-from aml_ray.run.isolation import LeakFinder, index_adds, iter_question_memories
+from aml_ray.run.isolation import LeakFinder, index_adds
 
 #: The question evidence columns the checks read.
 COLUMNS = ("question_id", "user_id", "sample_id", "category", "excluded", "search_status", "memories", "answer")
@@ -91,7 +92,7 @@ def memory_checks(samples, inputs: PipelineInputs, run_dir: RunDir) -> Checked:
         :data:`Checked`.
     """
     files = [str(p) for p in sorted(run_dir.questions.glob("*.parquet"))]
-    return _written(run_dir, *_check(samples, inputs, iter_question_memories(files, COLUMNS)))
+    return _written(run_dir, *_check(samples, inputs, iter_question_rows(files, COLUMNS)))
 
 
 class RunningChecks:
