@@ -139,7 +139,7 @@ def test_unknown_suite_lists_the_shipped_ones():
 
 def test_release_baseline_holds_what_the_platform_locks(suite):
     base = release_baseline(suite)
-    assert base["top_k"] == 100 and base["models"] == suite.models.model_dump()
+    assert base["top_k"] == 100 and base["models"] == suite.models.model_dump() and base["answer_cap_tokens"] == 128
     assert base["bundles"]["locomo"]["files"] == {"locomo/locomo10.json": suite.bundle("locomo").files[0].sha256}
     assert base["bundles"]["longmemeval_oracle"]["questions"]["total"] == 500
     assert base["bundles"]["longmemeval_oracle"]["prompts"]["judge"]["name"] == "longmemeval_judge"
@@ -149,13 +149,16 @@ def test_release_baseline_holds_what_the_platform_locks(suite):
 def test_baseline_deviations_name_each_difference(suite):
     bundle = suite.bundle("locomo")
     info = {"models": {"answer": {"model": suite.models.answer}, "judge": {"model": suite.models.judge}},
-            "top_k": 100, "context_budget_tokens": 16_000, "judge_runs": 1, "limit_samples": None,
+            "top_k": 100, "context_budget_tokens": 16_000, "answer_cap_tokens": 128, "judge_runs": 1,
+            "limit_samples": None,
             "prompts": {r: {"sha256": p.sha256} for r, p in bundle.prompts.items()},
             "dataset": {"hash_mismatch_allowed": False}, "bundle": {"files_match": True}}
     assert baseline_deviations(suite, bundle, info) == []
-    info.update(top_k=10, limit_samples=2, models={"answer": {"model": "offline"}, "judge": {"model": suite.models.judge}})
+    info.update(top_k=10, limit_samples=2, models={"answer": {"model": "offline"}, "judge": {"model": suite.models.judge}},
+                answer_cap_tokens=None)
     out = baseline_deviations(suite, bundle, info)
     assert any("top_k 10" in d for d in out) and any("offline" in d for d in out) and any("2 sample" in d for d in out)
+    assert "answer cap None tokens != 128" in out
 
 
 def test_directory_hash_is_the_index_of_its_files(tmp_path):
