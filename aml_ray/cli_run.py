@@ -433,6 +433,10 @@ def print_result(opts: RunOptions, result, label: str, category_names: dict[str,
                       "the model (rules "
                       f"{', '.join(sorted(integrity['by_rule']))}): flagged in {opts.out}/evidence/injections.parquet, "
                       "passed to Answer unchanged")
+    if (cap := info.get("answer_cap") or {}).get("capped"):
+        console.print(f"[yellow]answer cap:[/] {cap['capped']} of {cap['answers']} answers ({cap['share']:.1%}) were "
+                      f"over {cap['cap_tokens']} tokens and cut to it before judging (whole answers: answer_full "
+                      f"in {opts.out}/evidence/questions)")
     if info["status"] != "completed":
         err.print(f"[bold yellow]run {info['status']}:[/] ", end="")
         err.print(f"{info.get('error')} (run.json status={info['status']}; the evidence names each failed request)",

@@ -330,6 +330,10 @@ class Suite(_Strict):
 
     ``media`` (Multimodal suites): the :class:`aml_ray.media.MediaLimits` every Add, Search and returned
     memory is checked against, and the answer context's image token rule.
+
+    ``answer_cap_tokens``: the answer-length cap, in the answer model's tokens (an integer of at least 1;
+    absent or null: no cap). An answer over it is recorded whole in the evidence and cut to the cap before it
+    is judged (:func:`aml_ray.stages.answer.cap_answers`); results report the share of capped answers.
     """
 
     schema_version: Literal[1]
@@ -340,6 +344,7 @@ class Suite(_Strict):
     top_k: int = Field(ge=1)
     models: Models
     context_budget_tokens: int = Field(ge=1)
+    answer_cap_tokens: int | None = Field(default=None, ge=1)
     judge_runs: int = Field(ge=1)
     aggregation: Aggregation
     bundles: list[Bundle] = Field(min_length=1)
@@ -687,15 +692,16 @@ def release_baseline(suite: Suite | str = DEFAULT_SUITE) -> dict[str, Any]:
     """The release baseline: what a publishable run of the suite must match.
 
     Returns:
-        ``{"suite", "version", "top_k", "models", "context_budget_tokens", "judge_runs", "aggregation",
+        ``{"suite", "version", "top_k", "models", "context_budget_tokens", "answer_cap_tokens", "judge_runs",
+        "aggregation",
         "bundles": {name: {"dataset", "files": {path: sha256}, "questions", "prompts": {role: sha256},
         "scorer", "judge_protocol"}}}``.
     """
     s = load_suite(suite) if isinstance(suite, str) else suite
     return {
         "suite": s.name, "version": s.version, "top_k": s.top_k, "models": s.models.model_dump(),
-        "context_budget_tokens": s.context_budget_tokens, "judge_runs": s.judge_runs,
-        "aggregation": s.aggregation.model_dump(),
+        "context_budget_tokens": s.context_budget_tokens, "answer_cap_tokens": s.answer_cap_tokens,
+        "judge_runs": s.judge_runs, "aggregation": s.aggregation.model_dump(),
         "bundles": {b.name: {"dataset": b.dataset, "files": {f.path: f.sha256 for f in b.files},
                              "questions": b.expected.model_dump(exclude={"source"}),
                              "prompts": {role: {"name": p.name, "sha256": p.sha256} for role, p in b.prompts.items()},
@@ -712,7 +718,7 @@ def baseline_deviations(suite: Suite, bundle: Bundle, run_info: dict[str, Any]) 
         run_info: the run's run.json.
 
     Returns:
-        One short sentence per difference: models, offline models, Top K, context budget, judge runs,
+        One short sentence per difference: models, offline models, Top K, context budget, answer cap, judge runs,
         prompts, dataset hash or counts, a sample limit; and, for a bundle whose judge protocol names
         upstream's judge model, a run judged by another model (it does not reproduce upstream's numbers).
     """
@@ -734,6 +740,8 @@ def baseline_deviations(suite: Suite, bundle: Bundle, run_info: dict[str, Any]) 
         out.append(f"top_k {run_info.get('top_k')} != {suite.top_k}")
     if run_info.get("context_budget_tokens") != suite.context_budget_tokens:
         out.append(f"context budget {run_info.get('context_budget_tokens')} != {suite.context_budget_tokens}")
+    if run_info.get("answer_cap_tokens") != suite.answer_cap_tokens:
+        out.append(f"answer cap {run_info.get('answer_cap_tokens')} tokens != {suite.answer_cap_tokens}")
     if run_info.get("judge_runs") != suite.judge_runs:
         out.append(f"judge runs {run_info.get('judge_runs')} != {suite.judge_runs}")
     prompts = run_info.get("prompts", {})

@@ -70,6 +70,8 @@ MODES: dict[str, str] = {
     "forgetful": "Search always answers {\"data\": []} (remembers nothing: a floor for a board of runs)",
     "inject_memory": "every Search answers INJECTION first (then its own results, within top_k): a memory "
                      "addressed to the answer model and the judge",
+    "drop_injection": "an Add message holding 'SYSTEM:' is acknowledged and never stored (a system that "
+                      "silently filters text addressed to the model)",
     "overflow_one_search": "the first Search for a user_id with two or more Adds answers top_k + 1 items "
                            "(padded with made-up memories); every other Search follows the contract",
 }
@@ -174,6 +176,8 @@ def create_app(modes: frozenset[str], *, auth: str | None, secret: str | None, c
             applied.add(rid)
             visible_at = time.monotonic() + (1.0 if "no_ryw" in modes else 0.0)
             for m in body["messages"]:
+                if "drop_injection" in modes and "SYSTEM:" in m["content"]:
+                    continue
                 ms = m.get("timestamp") or int(time.time() * 1000)
                 memories.append({"id": f"mem_{next(counter)}", "user_id": uid, "content": m["content"],
                                  "created_at": _iso(ms), "visible_at": visible_at})

@@ -27,7 +27,7 @@ from tests.bad_participants import MODES, BadParticipant
 
 SECRET = "conformance-s3cret-9f2c"
 NAMES = ["health", "auth", "add_shape", "read_your_write", "top_k", "isolation", "idempotency", "timestamps",
-         "limits", "unknown_user"]
+         "limits", "unknown_user", "integrity"]
 
 
 def by_name(results: list[CheckResult]) -> dict[str, CheckResult]:
@@ -68,7 +68,7 @@ async def test_reference_passes_every_required_check(reference):
     assert got["auth"].outcome == "warn" and got["auth"].field == "auth"
     assert {n: o for n, o in outcomes(results).items() if n != "auth"} == {n: "pass" for n in NAMES if n != "auth"}
     assert exit_code(results) == 0
-    assert summary(results) == {"pass": 9, "fail": 0, "warn": 1, "total": 10, "blocking": [], "exit_code": 0,
+    assert summary(results) == {"pass": 10, "fail": 0, "warn": 1, "total": 11, "blocking": [], "exit_code": 0,
                                 "retries": 0, "retries_by_status": {}}
     assert all(r.retries == 0 and r.retries_by_status == {} for r in results)
     assert "top_k=1 -> 1, top_k=3 -> 3 items" in got["top_k"].message
@@ -76,6 +76,11 @@ async def test_reference_passes_every_required_check(reference):
     limits = got["limits"]
     assert limits.required is False and limits.data["burst"] == 16 and limits.data["burst_replies"] == "16x2xx"
     assert limits.data["add_ms"]["p50"] > 0 and limits.data["search_ms"]["p95"] >= limits.data["search_ms"]["p50"]
+    integrity = got["integrity"]
+    assert integrity.required is False and integrity.field == "data[].content"
+    assert integrity.data == {"rules": ["ignore_instructions", "role_marker", "verdict_request", "addresses_model",
+                                        "fence_escape"], "returned": True}
+    assert "with its fence tag escaped, never dropped" in integrity.message
 
 
 async def test_reference_with_bearer_passes_auth(reference_bearer):
@@ -160,10 +165,19 @@ def test_every_mode_is_covered():
     covered |= {"wrong_echo_second_add", "success_false_second_add", "forbid_second_add", "overflow_one_search"}
     # contract-abiding participants for the judge panel's board and the integrity canaries
     # (tests/run/test_panel.py, tests/run/test_injection.py)
-    covered |= {"forgetful", "inject_memory"}
+    covered |= {"forgetful", "inject_memory", "drop_injection"}
     # a participant whose LoCoMo bundle leaks, beside bundles that complete (tests/run/test_suite_run.py)
     covered |= {"leak_locomo"}
     assert covered == set(MODES)
+
+
+async def test_a_system_that_drops_the_integrity_canary_gets_a_warning_not_a_failure():
+    with BadParticipant("drop_injection") as bp:
+        (integrity,) = await run_checks(bp.spec(), options=CheckOptions(visibility_timeout_s=0.5),
+                                        only=["integrity"])
+    assert (integrity.outcome, integrity.field, integrity.required) == ("warn", "data", False)
+    assert integrity.message.startswith("the memory addressed to the model was never returned for its user_id")
+    assert integrity.data == {"rules": [], "returned": False} and exit_code([integrity]) == 0
 
 
 async def test_throttling_with_retry_after_passes_limits():
@@ -216,7 +230,7 @@ def test_cli_passes_a_participant_that_refuses_transiently_and_reports_its_retri
     assert res.exit_code == 0, res.output
     assert refused_text > 0
     lines = res.output.splitlines()
-    assert lines[-1] == (f"10 checks: 10 pass, 0 warn, 0 fail; {refused_text} retries ({refused_text}x429); "
+    assert lines[-1] == (f"11 checks: 11 pass, 0 warn, 0 fail; {refused_text} retries ({refused_text}x429); "
                          "every required check passed; exit 0")
     retried = [line for line in lines if line.endswith("x429)]")]
     assert retried and all(line.startswith("PASS") for line in retried)
@@ -267,7 +281,7 @@ def test_cli_passes_against_reference_with_bearer_and_never_prints_the_secret(re
     lines = res.output.splitlines()
     for name in NAMES:
         assert sum(line.split()[1:2] == [name] for line in lines) == 1, name
-    assert lines[-1] == "10 checks: 10 pass, 0 warn, 0 fail; no retries; every required check passed; exit 0"
+    assert lines[-1] == "11 checks: 11 pass, 0 warn, 0 fail; no retries; every required check passed; exit 0"
     assert SECRET not in res.output
     res_json = runner.invoke(app, [*args, "--json"], env={"AML_CHECK_KEY": SECRET})
     assert res_json.exit_code == 0 and SECRET not in res_json.output
@@ -333,7 +347,7 @@ def test_cli_unreachable_endpoint_fails_with_exit_1():
 # Pieces ---------------------------------------------------------------------------------------------
 def test_battery_order_and_required_flags():
     assert [c.name for c in CHECKS] == NAMES
-    assert [c.name for c in CHECKS if not c.required] == ["limits"]
+    assert [c.name for c in CHECKS if not c.required] == ["limits", "integrity"]
     assert all(c.sends and c.fn.__doc__ and "Source: AML seed" in c.fn.__doc__ for c in CHECKS)
 
 

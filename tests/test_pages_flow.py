@@ -92,10 +92,30 @@ def progress(service, job_id: str, done: dict[str, int] | None = None) -> None:
             record_progress(job, "done", done)
 
 
+def write_panel(run_dir: Path) -> None:
+    """What ``aml-ray rejudge RUN_DIR --panel`` leaves in a job's LoCoMo run: its panel.json, the report of four
+    answers judged under each protocol (CORRECT for 3, 2 and 1 of them: accuracies 0.75, 0.5, 0.25)."""
+    from aml_ray.run.evidence import write_json_atomic
+    from aml_ray.scoring.panel import PANEL, run_report
+
+    def rows(correct: int) -> list[dict]:
+        return [{"question_id": f"q{i}", "excluded": False, "answer_status": "ok", "status": "scored",
+                 "verdict": "CORRECT" if i < correct else "WRONG", "question": f"Question {i}?", "gold": '["x"]',
+                 "answer": "x", "category": "single-hop"} for i in range(4)]
+
+    report = run_report({p.name: rows(correct) for p, correct in zip(PANEL, (3, 2, 1))})
+    write_json_atomic({"source_run_id": "r1", "name": "EngineMem", "offline": False, **report,
+                       "finished_at": "2026-12-06T10:00:00+00:00"}, run_dir / "locomo" / "rejudge" / "p1" / "panel.json")
+
+
 def finish(service, job_id: str, *, review: bool) -> None:
-    """What the dispatcher records when a job completes: the result table, then the review of a full job."""
+    """What the dispatcher records when a job completes: the result table, then the review of a full job (whose
+    run directory then gets a judge panel, :func:`write_panel`)."""
     with service.sessions.begin() as s:
         job = get_job(s, job_id)
+        if review:
+            job.run_dir = str(Path(service.settings.runs_dir) / job.id)
+            write_panel(Path(job.run_dir))
         save_result(s, job, TABLE, {"models": {"answer": {"model": "gpt-4o-mini"}}})
         record_progress(job, "done", TOTALS)
         mark_completed(s, job)
@@ -236,6 +256,8 @@ def test_participant_and_admin_walk_the_pages_end_to_end(site, browser, shots):
     assert rows == [["locomo", "overall", "62.5", "54.6–69.7", "41.0"], ["locomo", "multi-hop", "70.0", "60.0–79.0", "50.0"],
                     ["locomo", "single-hop", "50.0", "34.4–65.6", "30.0"], ["locomo", "temporal", "60.0", "46.0–74.0", "36.0"]]
     assert participant.locator("#review").inner_text().strip() == "pending"
+    spread = "judge panel: spread 50.0 pts (suite 75.0 · longmemeval-upstream 50.0 · strict 25.0)"
+    assert " ".join(participant.locator("#panel").inner_text().split()) == spread
     participant.screenshot(path=str(shots / "evaluate-results.png"), full_page=True)
 
     # 6: the review queue shows system, version, scores and gate checks; approve publishes
@@ -251,6 +273,10 @@ def test_participant_and_admin_walk_the_pages_end_to_end(site, browser, shots):
     expect(admin.locator("#notice")).to_contain_text("published on the textual board")
     admin.goto(f"{base}/leaderboard/textual")
     expect(admin.locator('#board tr[data-system="EngineMem"]')).to_have_count(1)
+    board_spread = admin.locator('#board tr[data-system="EngineMem"] .panel-spread')
+    assert " ".join(board_spread.inner_text().split()) == spread and board_spread.get_attribute("data-spread") == "0.5000"
+    panel = admin.request.get(f"{base}/api/leaderboard/textual").json()["rows"][0]["panel"]
+    assert panel["overall"] == {"protocols": {"suite": 0.75, "longmemeval-upstream": 0.5, "strict": 0.25}, "spread": 0.5}
 
     for page in (participant, admin):
         assert MSK not in page.content() and key not in page.content()

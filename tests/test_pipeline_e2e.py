@@ -204,7 +204,7 @@ def test_ingest_layout(per_task, parallelism, n, retrieval_only, expected):
 
 def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     """evaluate() reads only SUMMARY_COLUMNS back; its table and run.json figures are those of every column."""
-    from aml_ray.run.evaluation import usage_summary
+    from aml_ray.run.evaluation import answer_cap_summary, usage_summary
     from aml_ray.scoring.aggregate import aggregate, latency_summary
 
     full = read_questions(two_sample_run.run_dir)
@@ -212,6 +212,8 @@ def test_summary_figures_equal_those_of_the_full_evidence(two_sample_run):
     assert two_sample_run.table.equals(aggregate(full.with_columns(pl.lit("locomo").alias("dataset"))))
     usage = usage_summary(full)
     assert {k: info[k] for k in usage} == usage and info["context_tokens"]["mean"] > 0
+    assert info["answer_cap"] == answer_cap_summary(full, 128) and info["answer_cap"]["answers"] == 304 - full[
+        "excluded"].sum()
     assert info["search"]["latency_ms"] == latency_summary(full.filter(pl.col("search_status") == "ok")["search_latency_ms"])
     assert info["evidence"]["question_rows"] == full.height == 304
     assert not (two_sample_run.run_dir.root / "inputs").exists()  # removed once the run completed

@@ -247,6 +247,11 @@ def test_smoke_runs_the_conformance_battery_first_and_stops_on_failure(tmp_path)
     report = status["conformance"]
     outcomes = {c["name"]: c["outcome"] for c in report["checks"]}
     assert outcomes["top_k"] == "fail" and outcomes["add_shape"] == "pass" and outcomes["isolation"] == "pass"
+    # the integrity canary: the memory addressed to the model came back and the smoke's report holds its flags
+    integrity = next(c for c in report["checks"] if c["name"] == "integrity")
+    assert (integrity["outcome"], integrity["required"]) == ("pass", False)
+    assert integrity["data"]["rules"] == ["ignore_instructions", "role_marker", "verdict_request", "addresses_model",
+                                          "fence_escape"]
     assert report["summary"]["exit_code"] == 1
     assert MSK not in str(status)
 

@@ -137,14 +137,14 @@ def test_multimodal_job_through_the_api_to_the_multimodal_board(tmp_path):
         assert failed == SAMPLE_LIMIT_CHECKS | {"dataset_bundle_hashes", "evaluation_contract"}, gate
         assert gate["checks"]["suite_bundles"]["detail"] == "ran 1 of the suite's 1 bundles"
         waive_sample_limit(client.app.state.service.settings.database_url, full["id"])
-        assert res["facts"]["suite"] == "multimodal@2026.1-draft.1"
+        assert res["facts"]["suite"] == "multimodal@2026.1-draft.3"
         mg = res["per_dataset"]["memgallery"]
         assert res["overall"] == pytest.approx(mg["accuracy"]) and 0.0 < mg["accuracy"] < 1.0 and mg["n_total"] == 2
         _approve(client, full["id"])
 
         board = client.get("/api/leaderboard/multimodal").json()
         [row] = board["rows"]
-        assert (row["system"], row["suite"]) == ("BM25 gallery", "multimodal@2026.1-draft.1")
+        assert (row["system"], row["suite"]) == ("BM25 gallery", "multimodal@2026.1-draft.3")
         assert row["overall"] == pytest.approx(res["overall"]) and row["memory_gain"] is None
         assert row["datasets"] == {"memgallery": mg}
         assert client.get("/api/leaderboard/textual").json()["rows"] == []

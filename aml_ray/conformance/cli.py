@@ -40,7 +40,7 @@ def check_command(
     """Check an Add/Search endpoint against the AML contract before you apply (pre-flight).
 
     Runs, in order: health, auth, add_shape, read_your_write, top_k, isolation, idempotency,
-    timestamps, limits (advisory), unknown_user. Every request uses fresh user ids
+    timestamps, limits (advisory), unknown_user, integrity (advisory). Every request uses fresh user ids
     check:<random>:<check>:..., so real data is never touched; nothing is deleted. Transient statuses
     (429, 503...) are retried as an evaluation retries them; the report says how many retries each check
     needed.

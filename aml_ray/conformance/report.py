@@ -37,7 +37,7 @@ def result_line(r: CheckResult) -> Text:
 
 
 def summary_line(results: list[CheckResult]) -> Text:
-    """``10 checks: 9 pass, 1 warn, 0 fail; 2 retries (2x429); every required check passed; exit 0``
+    """``11 checks: 10 pass, 1 warn, 0 fail; 2 retries (2x429); every required check passed; exit 0``
     (with the blocking checks when there are some)."""
     s = summary(results)
     text = Text(f"{s['total']} checks: {s['pass']} pass, {s['warn']} warn, {s['fail']} fail; "

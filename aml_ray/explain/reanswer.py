@@ -28,9 +28,9 @@ from aml_ray.scoring.judge_runs import table_credit
 #: Columns an answer or judge fills; cleared on a row before it is answered again.
 ANSWER_JUDGE_COLUMNS = ("context_tokens", "memories_in_context", "memories_cut", "answer", "answer_status",
                         "answer_error", "answer_latency_ms", "answer_attempts", "prompt_tokens", "completion_tokens",
-                        "answer_cached", "cost_usd", "verdict", "judge_raw", "judge_status", "judge_error",
-                        "judge_attempts", "judge_verdicts", "judge_raw_all", "score", "score_detail", "f1", "bleu1",
-                        "status")
+                        "answer_cached", "cost_usd", "answer_tokens", "answer_capped", "answer_full", "verdict",
+                        "judge_raw", "judge_status", "judge_error", "judge_attempts", "judge_verdicts", "judge_raw_all",
+                        "score", "score_detail", "f1", "bleu1", "status")
 
 
 def credit_of(row: dict[str, Any]) -> float:
@@ -143,7 +143,7 @@ class RunModels:
                 for i in range(0, len(copies), batch_size):
                     batch = copies[i:i + batch_size]
                     await answer_rows(batch, endpoint=self.answer, model=answer, prompt=self.answer_prompt,
-                                      budget_tokens=budget)
+                                      budget_tokens=budget, cap_tokens=self.info.get("answer_cap_tokens"))
                     await scorer(batch, endpoint=self.judge, model=judge, prompt=self.judge_prompt,
                                  f1_rule=self.spec.f1_rule, max_parse_retries=2, judge_runs=1)
             finally:

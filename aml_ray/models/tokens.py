@@ -60,6 +60,28 @@ def count_tokens(text: str, model: str = "gpt-4o-mini") -> int:
     return _count(text, model) if len(text) <= CACHED_CHARS else _count_pieces(text, model)
 
 
+def head_tokens(text: str, max_tokens: int, model: str = "gpt-4o-mini") -> str:
+    """The text of ``text``'s first ``max_tokens`` tokens in ``model``'s encoding (``text`` itself when it
+    has no more).
+
+    Only the pieces (:data:`PIECE_CHARS`) up to the cut are encoded, so a text of any length is cut in
+    the time of its head. A multi-byte character split by the cut is left out whole, so the result is a
+    prefix of ``text`` of at most ``max_tokens`` tokens.
+
+    Raises:
+        ValueError: ``max_tokens`` is below 1.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    enc = encoding_for(model)
+    kept: list[int] = []
+    for piece in _pieces(text):
+        kept.extend(enc.encode(piece, disallowed_special=()))
+        if len(kept) > max_tokens:
+            return enc.decode_bytes(kept[:max_tokens]).decode("utf-8", errors="ignore")
+    return text
+
+
 def min_tokens(text: str) -> int:
     """A lower bound of ``text``'s tokens in any encoding we use, from its length alone:
     ``ceil(len(text) / MAX_CHARS_PER_TOKEN)``."""

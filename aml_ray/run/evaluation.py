@@ -73,6 +73,8 @@ class EvaluationConfig:
         answer_prompt / judge_prompt: override the dataset's prompts (shipped name, path or URL).
         answer_prompt_sha256 / judge_prompt_sha256: pins for the overrides (required for URLs).
         context_budget_tokens: token budget of the answer context.
+        answer_cap_tokens: the answer-length cap in tokens (:func:`aml_ray.stages.answer.cap_answers`); None
+            takes ``suite``'s ``answer_cap_tokens`` (:func:`answer_cap`).
         judge_runs: how many times each answer is judged (mean and std reported when > 1).
         suite: the suite whose bundle for this dataset is count-checked (:func:`aml_ray.suite.verify_loaded_bundle`).
         retrieval_only: Add and Search only: no model is called, the table is
@@ -106,6 +108,7 @@ class EvaluationConfig:
     answer_prompt_sha256: str | None = None
     judge_prompt_sha256: str | None = None
     context_budget_tokens: int = DEFAULT_CONTEXT_BUDGET
+    answer_cap_tokens: int | None = None
     judge_runs: int = 1
     stream_checkpoints: list[float] | None = None
     resume: bool = False
@@ -182,7 +185,7 @@ def usage_summary(questions: pl.DataFrame) -> dict[str, Any]:
 #: run.json entries that must be equal for a run to be resumed (a resumed run is the same run).
 RESUME_INVARIANTS = (("dataset", "sha256"), ("dataset", "samples"), ("dataset", "chunks"), ("dataset", "questions"),
                      ("top_k",), ("prompts",), ("models", "answer", "model"), ("models", "judge", "model"),
-                     ("participant", "label"), ("participant", "auth"), ("context_budget_tokens",),
+                     ("participant", "label"), ("participant", "auth"), ("context_budget_tokens",), ("answer_cap_tokens",),
                      ("judge_runs",), ("stream_checkpoints",), ("limit_samples",), ("retrieval_only",))
 
 
@@ -211,6 +214,41 @@ def check_resumable(previous: dict[str, Any], current: dict[str, Any]) -> None:
 WALL_COVERS = ("the whole command: from its start (aml_ray.command_clock: imports, dataset load and check, "
                "inputs, pre-flight, Ray start, actor pools, Adds and Searches, Answer and Judge, scoring) "
                "to the final run.json; timings splits it")
+
+
+def answer_cap(cfg: EvaluationConfig) -> int | None:
+    """The run's answer-length cap in tokens: ``cfg.answer_cap_tokens``, else its suite's
+    ``answer_cap_tokens`` (None: the suite sets no cap, or ``cfg.suite`` is no suite file)."""
+    if cfg.answer_cap_tokens is not None:
+        return cfg.answer_cap_tokens
+    from aml_ray.suite import load_suite
+
+    try:
+        return load_suite(cfg.suite).answer_cap_tokens
+    except FileNotFoundError:
+        return None
+
+
+def answer_cap_summary(questions: pl.DataFrame, cap_tokens: int | None) -> dict[str, Any]:
+    """run.json's and results.json's ``answer_cap``: how many answers of the non-excluded questions were over
+    the cap and cut before judging (:func:`aml_ray.stages.answer.cap_answers`).
+
+    Examples:
+        >>> import polars as pl
+        >>> answer_cap_summary(pl.DataFrame({"excluded": [False, False, False, True],
+        ...                                  "answer_capped": [True, False, None, True]}), 64)
+        {'cap_tokens': 64, 'answers': 2, 'capped': 1, 'share': 0.5}
+
+    Returns:
+        ``{"cap_tokens", "answers" (answers counted: those with an answer), "capped", "share" (capped /
+        answers; None without an answer)}``.
+    """
+    import polars as pl
+
+    flags = questions.filter(~pl.col("excluded"))["answer_capped"].drop_nulls()
+    capped = int(flags.sum()) if flags.len() else 0
+    return {"cap_tokens": cap_tokens, "answers": flags.len(), "capped": capped,
+            "share": capped / flags.len() if flags.len() else None}
 
 
 def _media_limits(track: str, cfg: EvaluationConfig):
@@ -351,7 +389,7 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
             image_tokens=media.image_tokens if media else "openai_tiles",
             answer_prompt=answer_prompt, judge_prompt=judge_prompt, f1_rule=spec.f1_rule,
             top_k=cfg.top_k, options=cfg.options, context_budget_tokens=cfg.context_budget_tokens,
-            judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
+            answer_cap_tokens=info["answer_cap_tokens"], judge_runs=cfg.judge_runs, scorer=spec.scorer, job_key=cfg.run_id,
             participant_key=cfg.participant_key,
             retrieval_only=cfg.retrieval_only, report=pipeline_report,
             private_cluster=own_cluster,
@@ -470,6 +508,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
             isolation={"leaking_questions": len(leaks), "examples": leaks[:20]},
             evidence_recall={"rule": "fuzzy (headline) and exact: aml_ray.scoring.evidence_recall", "table": recall},
             integrity=integrity_summary(flags),
+            **({} if cfg.retrieval_only else {"answer_cap": answer_cap_summary(questions, info["answer_cap_tokens"])}),
             **({"by_checkpoint": by_checkpoint} if by_checkpoint else {}),
             **({"error": outcome.summary} if outcome.status != "completed" else {}),
             evidence={"add_rows": adds.height, "question_rows": questions.height},
@@ -496,6 +535,7 @@ def _score(cfg: EvaluationConfig, questions: pl.DataFrame, *, timings: dict[str,
                        "models": info["models"], "retrieval_only": cfg.retrieval_only,
                        "table": table.to_dicts(), "evidence_recall": recall, "judge_runs": info["judge_runs_summary"],
                        "integrity": {k: v for k, v in info["integrity"].items() if k != "examples"},
+                       **({"answer_cap": info["answer_cap"]} if "answer_cap" in info else {}),
                        **({"by_checkpoint": by_checkpoint, "table_pools_checkpoints": True} if by_checkpoint else {})},
                       run_dir.results_json)
     write_json_atomic(info, run_dir.run_json)
@@ -669,8 +709,8 @@ def _prepare(cfg: EvaluationConfig, *, started: StartedPreflight | None = None):
         "models": {} if cfg.retrieval_only else {"answer": cfg.answer.describe(), "judge": cfg.judge.describe()},
         "offline_models": not cfg.retrieval_only and (cfg.answer.offline or cfg.judge.offline),
         "bundle": bundle_info, "prompts": prompts, "top_k": cfg.top_k, "limit_samples": cfg.limit_samples,
-        "context_budget_tokens": cfg.context_budget_tokens, "judge_runs": cfg.judge_runs,
-        "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
+        "context_budget_tokens": cfg.context_budget_tokens, "answer_cap_tokens": answer_cap(cfg),
+        "judge_runs": cfg.judge_runs, "stream_checkpoints": cfg.stream_checkpoints, "retrieval_only": cfg.retrieval_only,
         **({"media": media.model_dump(mode="json")} if media else {}),
         **code_provenance(),  # started by the command line beside the pre-flight (aml_ray.run.provenance)
     }

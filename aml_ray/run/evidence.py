@@ -101,6 +101,9 @@ QUESTION_SCHEMA = pa.schema([
     ("answer_latency_ms", pa.float64()), ("answer_attempts", pa.int32()),
     ("prompt_tokens", pa.int32()), ("completion_tokens", pa.int32()), ("answer_cached", pa.bool_()),
     ("cost_usd", pa.float64()),
+    # answer-length cap (aml_ray.stages.answer.cap_answers): the whole answer's tokens, whether it was cut to the
+    # suite's cap, and the whole answer when it was (``answer`` is then the cut text the judge reads)
+    ("answer_tokens", pa.int32()), ("answer_capped", pa.bool_()), ("answer_full", pa.string()),
     # judge and lexical metrics
     ("verdict", pa.string()), ("judge_raw", pa.string()), ("judge_status", pa.string()),
     ("judge_error", pa.string()), ("judge_attempts", pa.int32()), ("judge_verdicts", pa.list_(pa.string())),
@@ -156,8 +159,8 @@ def search_columns(outcomes: list[dict[str, Any]]) -> pa.Table:
 #: judge text that make a row large (about 100 bytes a row instead of kilobytes).
 SUMMARY_COLUMNS = ("question_id", "category", "excluded", "status", "search_status", "search_attempts",
                    "search_retried_statuses", "search_latency_ms", "search_queue_ms", "context_tokens", "memories_cut",
-                   "prompt_tokens", "completion_tokens", "answer_cached", "cost_usd", "verdict", "judge_verdicts",
-                   "score", "f1", "bleu1", "n_memories")
+                   "prompt_tokens", "completion_tokens", "answer_cached", "cost_usd", "answer_capped", "verdict",
+                   "judge_verdicts", "score", "f1", "bleu1", "n_memories")
 
 
 def empty_question_row() -> dict[str, Any]:

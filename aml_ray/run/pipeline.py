@@ -278,6 +278,7 @@ def run_pipeline(
     top_k: int,
     f1_rule: str = "token",
     context_budget_tokens: int = 16_000,
+    answer_cap_tokens: int | None = None,
     judge_runs: int = 1,
     scorer: str = "binary_judge",
     options: PipelineOptions | None = None,
@@ -305,6 +306,7 @@ def run_pipeline(
         answer_prompt / judge_prompt: loaded prompts (they travel to the workers) or shipped names.
         f1_rule: ``"locomo"`` or ``"token"`` (the dataset's lexical F1 definition).
         context_budget_tokens: token budget of the answer context (memories).
+        answer_cap_tokens: the answer-length cap in tokens (:func:`aml_ray.stages.answer.cap_answers`); None: no cap.
         judge_runs: how many times each answer is judged (mean and std of accuracy when > 1).
         scorer: the dataset's scoring contract (:mod:`aml_ray.stages.scorers`).
         top_k: Top K sent with every Search.
@@ -373,8 +375,8 @@ def run_pipeline(
     # sample in the actor when its turn comes
     per_task, tasks = opts.ingest_layout(inputs.n_samples, retrieval_only=retrieval_only)
     answer_kwargs = {"endpoint": answer, "client": answer_client, "prompt": answer_prompt,
-                     "budget_tokens": context_budget_tokens, "tracker": tracker, "media_root": media_root,
-                     "image_tokens": image_tokens}
+                     "budget_tokens": context_budget_tokens, "cap_tokens": answer_cap_tokens, "tracker": tracker,
+                     "media_root": media_root, "image_tokens": image_tokens}
     judge_kwargs = {"endpoint": judge, "client": judge_client, "prompt": judge_prompt, "f1_rule": f1_rule,
                     "judge_runs": judge_runs, "scorer": scorer, "tracker": tracker}
     ingest_kwargs = {"participant": client, "run_root": str(run_dir.root), "top_k": top_k, "tracker": tracker,

@@ -173,6 +173,8 @@ class LeaderboardRow(BaseModel):
     ``rank``: standard competition ranking on the sorted score (equal scores share a rank, the next rank
     skips: 1, 1, 3); ``answer_model`` and ``suite`` (``name@version``): what the row was measured with.
     ``memory_gain`` (Coding only): resolved rate with relevant memory minus with noisy memory.
+    ``panel``: the judge panel's accuracies and spread when ``aml-ray rejudge --panel`` was run on the row's
+    job (:func:`aml_ray.serve_app.panel_spread.job_panel`), else None.
     """
 
     rank: int
@@ -186,6 +188,7 @@ class LeaderboardRow(BaseModel):
     answer_model: str | None = None
     suite: str | None = None
     memory_gain: float | None = None
+    panel: dict[str, Any] | None = None
     published_at: datetime
 
 

@@ -3,6 +3,12 @@
 The context is the participant's memories in their order, cut to the token budget
 (:mod:`aml_ray.models.context`); the cut and the token count go to evidence.
 
+Answer-length cap (the suite's ``answer_cap_tokens``, :func:`cap_answers`): an answer longer than the cap, in
+the answer model's tokens, is cut to its first ``cap`` tokens before it is judged. The evidence keeps the
+whole answer (``answer_full``), the flag ``answer_capped`` and its length (``answer_tokens``); ``answer`` is
+the text the judge reads. A verbose answer (a chain of thought, or a list of guesses) cannot pass a judge on
+what it says after the cap.
+
 Multimodal: the prompt is rendered as text with ``<image media:<sha256>>`` where a memory (or the
 question) holds an image, then split there into an OpenAI-style content array, so text and image parts
 reach the answer model interleaved in the participant's order (:func:`multimodal_content`). A prompt
@@ -21,6 +27,7 @@ from aml_ray.config import ModelEndpoint
 from aml_ray.models.context import fit_context, speaker_blocks
 from aml_ray.media import IMAGE_MARKER, MEDIA_PREFIX, MediaStore, image_token_counter, render_parts
 from aml_ray.models.offline import extractive_answer
+from aml_ray.models.tokens import count_tokens, head_tokens
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.stages._common import report, table_with, warm_in_background
@@ -71,9 +78,30 @@ def multimodal_content(text: str, media: MediaStore | None) -> str | list[dict[s
     return parts
 
 
+def cap_answers(rows: list[dict[str, Any]], cap_tokens: int | None, model: str) -> None:
+    """Count each answered row's answer and cut one over the cap (the module's rule), in place.
+
+    Args:
+        rows: question rows after Answer; a row whose ``answer`` is None (not answered) is left as it is.
+        cap_tokens: the suite's ``answer_cap_tokens``; None: no cap (answers are counted, never cut).
+        model: the answer model, whose encoding counts (:func:`aml_ray.models.tokens.count_tokens`).
+
+    Sets ``answer_tokens`` (the whole answer's tokens) and ``answer_capped``; for a capped answer,
+    ``answer_full`` (the whole answer) and ``answer`` (its first ``cap_tokens`` tokens).
+    """
+    for r in rows:
+        if r.get("answer") is None:
+            continue
+        n = count_tokens(r["answer"], model)
+        capped = cap_tokens is not None and n > cap_tokens
+        r.update(answer_tokens=n, answer_capped=capped)
+        if capped:
+            r.update(answer_full=r["answer"], answer=head_tokens(r["answer"], cap_tokens, model))
+
+
 async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, model, prompt: Prompt,
                       budget_tokens: int = DEFAULT_CONTEXT_BUDGET, media_root: str | None = None,
-                      image_tokens: int | str = "openai_tiles") -> None:
+                      image_tokens: int | str = "openai_tiles", cap_tokens: int | None = None) -> None:
     """Fill the answer columns of question rows in place.
 
     Args:
@@ -85,6 +113,7 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
         budget_tokens: the context budget for the memories.
         media_root: the run's media folder (Multimodal); None for text-only tracks.
         image_tokens: the context cost of one image (:func:`aml_ray.media.image_token_counter`).
+        cap_tokens: the answer-length cap in tokens (:func:`cap_answers`); None: no cap.
     """
     media = MediaStore(media_root) if media_root is not None else None
     count_images = image_token_counter(media, image_tokens) if media is not None else None
@@ -100,6 +129,7 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
         for r, ctx in todo:
             r.update(answer=extractive_answer(r["question"], ctx.memories), answer_status="ok",
                      answer_attempts=1, answer_latency_ms=0.0, answer_cached=False)
+        cap_answers([r for r, _ in todo], cap_tokens, endpoint.model)
         return
     if not todo:
         return
@@ -114,6 +144,7 @@ async def answer_rows(rows: list[dict[str, Any]], *, endpoint: ModelEndpoint, mo
                  answer_error=o["error"], answer_latency_ms=o["latency_ms"], answer_attempts=o["attempts"],
                  prompt_tokens=o["prompt_tokens"], completion_tokens=o["completion_tokens"],
                  answer_cached=o["cached"], cost_usd=o["cost_usd"])
+    cap_answers([r for r, _ in todo], cap_tokens, endpoint.model)
 
 
 class AnswerStage:
@@ -124,6 +155,7 @@ class AnswerStage:
         client: the answer ``ModelClient`` actor handle, or None when offline.
         prompt: the answer prompt (a loaded :class:`Prompt`, or a shipped name or path).
         budget_tokens: the context budget for the memories, in tokens.
+        cap_tokens: the answer-length cap, in tokens (:func:`cap_answers`); None: no cap.
         tracker: optional ``ProgressTracker`` actor handle.
         media_root / image_tokens: Multimodal, see :func:`answer_rows`.
         warm_up: True: :meth:`warm` runs in a thread of its own, started here (a Ray Data pool's actor,
@@ -132,10 +164,10 @@ class AnswerStage:
 
     def __init__(self, endpoint: ModelEndpoint, client, prompt: Prompt | str, budget_tokens: int = DEFAULT_CONTEXT_BUDGET,
                  tracker=None, media_root: str | None = None, image_tokens: int | str = "openai_tiles",
-                 warm_up: bool = False):
+                 warm_up: bool = False, cap_tokens: int | None = None):
         use_arrow_ipc_serialization()
         tune_actor_process()
-        self.endpoint, self.tracker, self.budget = endpoint, tracker, budget_tokens
+        self.endpoint, self.tracker, self.budget, self.cap_tokens = endpoint, tracker, budget_tokens, cap_tokens
         self.media_root, self.image_tokens = media_root, image_tokens
         self.model = ActorModel(client) if client is not None else None
         self.prompt = prompt if isinstance(prompt, Prompt) else load_prompt(prompt)
@@ -151,6 +183,7 @@ class AnswerStage:
     async def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
         await answer_rows(rows, endpoint=self.endpoint, model=self.model, prompt=self.prompt,
-                          budget_tokens=self.budget, media_root=self.media_root, image_tokens=self.image_tokens)
+                          budget_tokens=self.budget, media_root=self.media_root, image_tokens=self.image_tokens,
+                          cap_tokens=self.cap_tokens)
         report(self.tracker, "answer", len(rows))
         return table_with(rows, batch, ("memories",))

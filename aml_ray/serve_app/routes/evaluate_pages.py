@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from aml_ray.serve_app.deps import ServiceDep, SessionDep
 from aml_ray.serve_app.page_forms import REFUSALS, refusal_messages
+from aml_ray.serve_app.panel_spread import job_panel
 from aml_ray.serve_app.page_session import (KEY_COOKIE, KEY_PATH, end_session, session_key_id,
                                             start_key_session)
 from aml_ray.serve_app.routes.jobs import job_out, submit_job
@@ -123,8 +124,9 @@ def _job_context(session, key: LeaderboardKey, job_id: str) -> dict[str, Any]:
     review = session.scalar(select(Review).where(Review.job_id == job.id))
     rows = sorted(result.table, key=lambda r: (r["dataset"], r["category"] != "overall", str(r["category"]))) \
         if result is not None else []
+    panel = job_panel(job.run_dir, sorted(result.per_dataset)) if result is not None else None
     return {"job": job_out(job), "active": job.status in ACTIVE, "result": result, "rows": rows, "review": review,
-            "poll_ms": int(POLL_INTERVAL_S * 1000)}
+            "panel": panel, "poll_ms": int(POLL_INTERVAL_S * 1000)}
 
 
 @router.get("/evaluate/jobs/{job_id}", response_class=HTMLResponse)

@@ -18,8 +18,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from aml_ray.serve_app.deps import SessionDep
+from aml_ray.serve_app.panel_spread import job_panel
 from aml_ray.serve_app.schemas import Division, LeaderboardOut, LeaderboardRow, Track
 from aml_ray.serve_app.settings import board_datasets, dataset_titles
+from aml_ray.store.models import Job
 from aml_ray.store.results import TRACKS, leaderboard
 
 router = APIRouter(tags=["leaderboard"])
@@ -73,8 +75,14 @@ def board(session, track: str, division: str | None, dataset: str | None, sort: 
                           answer_model=r.answer_model, suite=r.suite,
                           memory_gain=(r.per_dataset.get(CODING_DATASET) or {}).get("memory_gain")
                           if track == "coding" else None,
-                          published_at=r.published_at) for rank, r in zip(ranks, rows)]
+                          panel=_panel(session, r), published_at=r.published_at) for rank, r in zip(ranks, rows)]
     return LeaderboardOut(track=track, datasets=datasets, rows=out)
+
+
+def _panel(session, row) -> dict | None:
+    """The judge panel's figures of a published row's job (:func:`~aml_ray.serve_app.panel_spread.job_panel`)."""
+    job = session.get(Job, row.job_id)
+    return job_panel(job.run_dir if job is not None else None, sorted(row.per_dataset))
 
 
 @router.get("/api/leaderboard/{track}", response_model=LeaderboardOut)
