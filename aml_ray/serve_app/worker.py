@@ -384,7 +384,7 @@ class _Progress:
 
     def _write(self, kind: str | None, values: dict[str, int]) -> None:
         if self.current >= 0 and self.entries[self.current]["status"] == "running":
-            self.entries[self.current]["progress"] = round(bundle_entries.share_done(self.totals, self.latest), 4)
+            self.entries[self.current]["progress"] = bundle_entries.share_done(self.totals, self.latest)
         with self.sessions.begin() as s:
             job = get_job(s, self.job_id)
             if kind is not None:
