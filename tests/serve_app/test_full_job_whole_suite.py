@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -164,3 +165,19 @@ def test_a_full_job_that_fails_on_one_bundle_shows_the_others_and_names_it(servi
     page.goto(f"{base}/evaluate")  # the job list does not read 100 % for it
     listed = page.locator(f'#jobs tr[data-job="{job_id}"] td.num').first.inner_text()
     assert listed == f"{final:.1f}%", listed
+
+
+def test_the_access_request_limit_under_serve_counts_each_client_address(service):
+    """Serve's proxy hands the replica the client address it saw: ``X-Forwarded-For`` from a loopback peer
+    (uvicorn's default ``forwarded_allow_ips``, a reverse proxy on the same host), else the TCP peer."""
+    from tests.test_service_api import request_body
+
+    base, _, _ = service
+    with FailingParticipant() as participant, httpx.Client(base_url=base, timeout=60) as client:
+        def submit(address: str, i: int) -> int:
+            body = request_body(participant.base_url, system_name=f"Limited {address} {i}")
+            return client.post("/api/access-requests", json=body, headers={"X-Forwarded-For": address}).status_code
+
+        first = [submit("203.0.113.7", i) for i in range(11)]
+        other = submit("203.0.113.8", 0)
+    assert (first, other) == ([201] * 10 + [429], 201)
