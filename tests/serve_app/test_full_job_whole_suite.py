@@ -104,6 +104,8 @@ def test_a_full_job_over_every_present_bundle_completes_and_reaches_review(servi
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(f"{base}/leaderboard/textual")
     expect(page.locator('#board tr[data-system="BM25 reference"]')).to_have_count(1)
+    measured = page.locator('#board tr[data-system="BM25 reference"] .measured').inner_text()
+    assert measured.startswith("answer: gpt-4o-mini · textual@"), measured  # the answer model and suite per row
     widths = {}
     for width in (1280, 390):
         page.set_viewport_size({"width": width, "height": 900})
@@ -121,14 +123,17 @@ def test_a_full_job_that_fails_on_one_bundle_shows_the_others_and_names_it(servi
         key, version_id = _onboard(api, endpoints, "WordMem")
         smoke = api.wait_job(api.post_job(key, version_id, "smoke", "smoke-1"), key, timeout=600)
         assert smoke["error_summary"].startswith("conformance checks failed: auth [Authorization]")
-        passed_smoke(database_url, smoke["id"])  # this stand-in checks no key and stores a repeated Add twice
-        job_id = api.post_job(key, version_id, "full", "full-1")
 
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{base}/evaluate")
         page.get_by_label("Leaderboard API key", exact=True).fill(key)
         page.click("#verify-button")
         expect(page.locator("#verified")).to_contain_text(key[:8])
+        page.goto(f"{base}/evaluate/jobs/{smoke['id']}")  # the smoke's page shows its conformance report
+        assert page.locator('#conformance tr[data-check="auth"]').get_attribute("data-outcome") == "fail"
+        assert page.locator("#conformance tbody tr").count() == len(smoke["conformance"]["checks"])
+        passed_smoke(database_url, smoke["id"])  # this stand-in checks no key and stores a repeated Add twice
+        job_id = api.post_job(key, version_id, "full", "full-1")
         page.goto(f"{base}/evaluate/jobs/{job_id}")
         seen: list[tuple[float, str]] = []  # (overall progress shown, current bundle shown)
         deadline = time.monotonic() + 900
