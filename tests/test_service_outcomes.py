@@ -94,6 +94,24 @@ def test_a_full_job_that_fails_on_one_bundle_keeps_the_others_and_names_it(tmp_p
         listed = client.get("/api/jobs", headers=bearer(key)).json()
         with service.sessions() as s:
             reviews = s.scalar(select(func.count()).select_from(Review))
+        drill = f"/evaluate/jobs/{job_id}/datasets/longmemeval_oracle"
+        anonymous = client.get(drill).status_code
+        other_key, _ = onboard(client, participant.base_url, system_name="Someone else")
+        assert client.post("/evaluate/key", data={"key": other_key}, follow_redirects=False).status_code == 303
+        other = client.get(drill).status_code
+        assert client.post("/evaluate/key", data={"key": key}, follow_redirects=False).status_code == 303
+        questions = client.get(drill)
+        wrong = client.get(drill, params={"show": "wrong"}).text
+        refused_bundle = client.get(f"/evaluate/jobs/{job_id}/datasets/locomo").status_code  # it failed
+        qid = questions.text.split('data-question="')[1].split('"')[0]
+        question = client.get(f"{drill}/questions/{qid}")
+        public = client.get("/api/leaderboard/textual").text
+    # the owner's drill-down: the question list (filters) and one question's memories, answer, gold, verdict
+    assert (anonymous, other, refused_bundle, questions.status_code, question.status_code) == (403, 404, 404, 200, 200)
+    assert "1 of 1 questions." in questions.text and ("1 of 1 questions." in wrong) != ("0 of 1 questions." in wrong)
+    assert all(f'id="{part}"' in question.text for part in ("memories", "answer", "gold", "verdict", "judge-raw"))
+    assert question.text.count('<td class="num">1</td>') == 1  # rank 1 of the memories Search returned
+    assert qid not in public
     assert job["status"] == "partial"
     locomo, oracle = job["bundles"]
     assert (locomo["name"], locomo["status"]) == ("locomo", "failed")

@@ -2,13 +2,13 @@
 
 import doctest
 
-from aml_ray.serve_app.routes import evaluate_pages
+from aml_ray.serve_app.routes import evaluate_pages, question_pages
 from aml_ray.store import bundles
 from aml_ray.store.bundles import failure_summary, overall_progress, pending, running
 
 
 def test_docstring_examples():
-    for module in (bundles, evaluate_pages):
+    for module in (bundles, evaluate_pages, question_pages):
         result = doctest.testmod(module)
         assert result.failed == 0 and result.attempted > 0, module.__name__
 
