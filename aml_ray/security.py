@@ -430,20 +430,30 @@ class PinnedResolver(AbstractResolver):
 def check_health(endpoint: PinnedEndpoint, *, timeout_s: float = 10.0) -> tuple[bool, str]:
     """Unauthenticated GET of a health URL, sent to the pinned address, no redirects.
 
+    ``timeout_s`` is a deadline for the whole check (connect, headers, body), not a per-read timeout: a
+    server that sends one byte at a time ends the check at the deadline like one that sends nothing. The
+    check runs on an event loop of its own: call it from a thread that runs none (a sync route's thread).
+
     Args:
         endpoint: the validated health URL.
         timeout_s: total timeout in seconds.
 
     Returns:
-        ``(healthy, summary)``: healthy on any 2xx; the summary is ``"HTTP <status>"`` or the transport
-        error's class name (never a response body).
+        ``(healthy, summary)``: healthy on any 2xx; the summary is ``"HTTP <status>"``, the transport
+        error's class name, or ``"TimeoutError"`` past the deadline (never a response body).
     """
+    import asyncio
+
     import httpx
 
     kwargs = endpoint.request_kwargs()
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
+            return await asyncio.wait_for(client.request("GET", **kwargs), timeout_s)
+
     try:
-        with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
-            response = client.request("GET", **kwargs)
-    except httpx.HTTPError as exc:
+        response = asyncio.run(get())
+    except (httpx.HTTPError, TimeoutError) as exc:
         return False, type(exc).__name__
     return 200 <= response.status_code < 300, f"HTTP {response.status_code}"

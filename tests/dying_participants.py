@@ -32,9 +32,13 @@ class FailingParticipant:
             answered and the server stops listening (its connection drops, later ones are refused, as for
             a killed process); None never.
         fail_chunk: an Add whose request_id ends with ``:chunk-<n>`` gets HTTP 503 every time.
+        refuse_search_of: a Search for a user of this dataset (user_id ``eval:<run>:<dataset>:<sample>``,
+            the pre-flight probe's excepted) gets HTTP 400, which stops that dataset's run after its Adds.
     """
 
-    def __init__(self, *, die_after_adds: int | None = None, fail_chunk: int | None = None):
+    def __init__(self, *, die_after_adds: int | None = None, fail_chunk: int | None = None,
+                 refuse_search_of: str | None = None):
+        self.refuse_search_of = refuse_search_of
         self.adds = 0
         self.searches = 0
         self.memories: list[dict[str, Any]] = []
@@ -75,6 +79,9 @@ class FailingParticipant:
         async def search(request: Request) -> JSONResponse:
             body = await request.json()
             self.searches += 1
+            if self.refuse_search_of and f":{self.refuse_search_of}:" in body["user_id"] \
+                    and not body["user_id"].endswith(":preflight"):
+                return JSONResponse({"detail": "search refused for this dataset"}, status_code=400)
             words = set(_WORD.findall(str(body["query"]).lower()))
             hits = [m for m in self.memories if m["user_id"] == body["user_id"]
                     and words & set(_WORD.findall(m["content"].lower()))][: body["top_k"]]

@@ -26,9 +26,17 @@ def locomo_only_suite() -> str:
 def one_bundle_suite(track: str, bundle: str) -> str:
     """Path of a copy of the shipped ``track`` suite (same name and version) holding only ``bundle``: a full
     job then runs that one bundle, and the gate compares it with the same suite identity."""
+    return bundles_suite(track, bundle)
+
+
+@lru_cache(maxsize=None)
+def bundles_suite(track: str, *bundles: str) -> str:
+    """Path of a copy of the shipped ``track`` suite (same name and version) holding only ``bundles``, in the
+    suite's order (name a ``substitute_for`` bundle with its primary: the substitute runs when the primary's
+    files are absent)."""
     suite = json.loads((SUITES_DIR / f"{track}.json").read_text())
-    suite["bundles"] = [b for b in suite["bundles"] if b["name"] == bundle]
-    path = Path(tempfile.mkdtemp(prefix="aml-suite-")) / f"{track}-{bundle}.json"
+    suite["bundles"] = [b for b in suite["bundles"] if b["name"] in bundles]
+    path = Path(tempfile.mkdtemp(prefix="aml-suite-")) / f"{track}-{'-'.join(bundles)}.json"
     path.write_text(json.dumps(suite))
     return str(path)
 

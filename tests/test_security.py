@@ -162,3 +162,19 @@ def test_check_health_goes_to_pinned_address_and_never_follows_redirects():
 def test_security_doctests():
     result = doctest.testmod(security, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted >= 3
+
+
+def test_check_health_ends_at_its_deadline_against_a_server_that_sends_one_byte_a_second():
+    """The server's next byte always comes within a per-read timeout; the check ends at its 2 s deadline."""
+    from tests.test_service_admission import Trickle
+
+    server = Trickle()
+    answer: list[tuple[bool, str]] = []
+    try:
+        endpoint = validate_endpoint_url(f"{server.base_url}/health", allow_loopback=True)
+        worker = threading.Thread(target=lambda: answer.append(check_health(endpoint, timeout_s=2.0)), daemon=True)
+        worker.start()
+        worker.join(20)  # a per-read timeout never fires: without a deadline the check lasts until the server stops
+        assert answer == [(False, "TimeoutError")]
+    finally:
+        server.release()

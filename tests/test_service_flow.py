@@ -53,7 +53,7 @@ class Api:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = self.call("GET", f"/api/jobs/{job_id}", key=key).json()
-            if job["status"] in ("completed", "failed"):
+            if job["status"] in ("completed", "partial", "failed"):
                 return job
             time.sleep(0.5)
         raise AssertionError(f"job {job_id} still {job['status']} after {timeout}s: {job}")

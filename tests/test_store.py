@@ -51,7 +51,7 @@ def test_upgrade_creates_every_table_and_is_idempotent(engine):
     upgrade(engine)
     assert TABLES <= set(sa.inspect(engine).get_table_names())
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0005_page_delivery"
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0006_job_bundles"
 
 
 def test_issued_key_is_stored_only_as_hash(session):

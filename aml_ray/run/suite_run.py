@@ -217,6 +217,50 @@ def _dataset_row(table: pl.DataFrame) -> dict[str, Any]:
     return row[0] if row else {}
 
 
+def not_run(outcome: BundleOutcome, exc: Exception, *, log_traceback: bool = True) -> None:
+    """Set ``outcome``'s status and one-line reason for the exception :func:`evaluate` raised on its bundle.
+
+    A missing operator input (``FileNotFoundError``) skips the bundle; a refused dataset (``DatasetError``,
+    ``ValueError``) and a stopped run (:class:`StageFailed`: contract error, leak, failure budget, the
+    participant gone) fail it, as does any other error (logged with its traceback unless ``log_traceback``
+    is False: the service, whose tracebacks could hold a decrypted secret, logs the type only).
+    """
+    from aml_ray.datasets.fetch import DatasetError
+
+    if isinstance(exc, FileNotFoundError):
+        outcome.status, outcome.reason = "skipped", f"input missing: {exc}"
+    elif isinstance(exc, (DatasetError, ValueError)):
+        outcome.status, outcome.reason = "failed", f"refused: {exc}"
+    elif isinstance(exc, StageFailed):
+        outcome.status, outcome.reason = "failed", one_line(f"stopped: {exc.summary}")
+    else:
+        log.error("bundle %s failed: %s", outcome.name, type(exc).__name__, exc_info=exc if log_traceback else None)
+        outcome.status, outcome.reason = "failed", one_line(f"error: {error_cause(exc)}")
+
+
+def ran(outcome: BundleOutcome, suite: Any, bundle: Any, result: EvaluationResult) -> None:
+    """Fill ``outcome`` from its bundle's finished run: the dataset row of the result table (score, interval,
+    coverage, counts), the bundle's secondary metrics and how the run differs from the release baseline.
+
+    Args:
+        outcome: the bundle's outcome (status becomes ``ran``).
+        suite / bundle: the :class:`aml_ray.suite.Suite` and its bundle.
+        result: what :func:`evaluate` returned for the bundle.
+    """
+    from aml_ray.suite import baseline_deviations, secondary_metrics
+
+    row = _dataset_row(result.table)
+    outcome.status, outcome.result = "ran", result
+    outcome.score, outcome.score_se = row.get("accuracy"), row.get("accuracy_se")
+    outcome.coverage, outcome.n_total, outcome.n_scored = row.get("coverage"), row.get("n_total", 0), row.get("n_scored", 0)
+    outcome.task_averages = secondary_metrics(bundle, result.questions)  # task averages, subsets
+    outcome.deviations = baseline_deviations(suite, bundle, result.run_info)
+    if result.run_info["status"] != "completed":  # partial: fewer Adds or questions than the bundle
+        outcome.deviations.append(f"run {result.run_info['status']}: {result.run_info.get('error')}")
+    if bundle.substitute_for:
+        outcome.deviations.append(f"stands in for {bundle.substitute_for}, which is absent")
+
+
 def evaluate_suite(cfg: SuiteConfig, *,
                    on_bundle: Callable[[str, BundleOutcome | dict[str, Any]], None] | None = None,
                    on_progress: Callable[[str, str, dict[str, int]], None] | None = None,
@@ -245,9 +289,8 @@ def evaluate_suite(cfg: SuiteConfig, *,
     Raises:
         FileExistsError: ``out_dir`` already holds a suite.json.
     """
-    from aml_ray.datasets.fetch import DatasetError
     from aml_ray.datasets.registry import DATASETS
-    from aml_ray.suite import baseline_deviations, check_bundle, datasets_dir, load_suite, release_baseline, secondary_metrics
+    from aml_ray.suite import check_bundle, datasets_dir, load_suite, release_baseline
 
     suite = load_suite(cfg.suite)
     root = datasets_dir(cfg.datasets_dir)
@@ -300,27 +343,10 @@ def evaluate_suite(cfg: SuiteConfig, *,
                 t_bundle = time.perf_counter()
                 try:
                     result = evaluate(ecfg, on_progress=progress, own_cluster=started_ray)
-                except FileNotFoundError as exc:
-                    outcome.reason = f"input missing: {exc}"
-                except (DatasetError, ValueError) as exc:
-                    outcome.status, outcome.reason = "failed", f"refused: {exc}"
-                except StageFailed as exc:
-                    outcome.status, outcome.reason = "failed", one_line(f"stopped: {exc.summary}")
-                except Exception as exc:  # noqa: BLE001 - one bundle's internal error is that bundle's outcome
-                    log.exception("bundle %s failed", bundle.name)
-                    outcome.status, outcome.reason = "failed", one_line(f"error: {error_cause(exc)}")
+                except Exception as exc:  # noqa: BLE001 - one bundle's failure is that bundle's outcome
+                    not_run(outcome, exc)
                 else:
-                    row = _dataset_row(result.table)
-                    outcome.status, outcome.result = "ran", result
-                    outcome.score, outcome.score_se = row.get("accuracy"), row.get("accuracy_se")
-                    outcome.coverage, outcome.n_total, outcome.n_scored = (row.get("coverage"), row.get("n_total", 0),
-                                                                           row.get("n_scored", 0))
-                    outcome.task_averages = secondary_metrics(bundle, result.questions)  # task averages, subsets
-                    outcome.deviations = baseline_deviations(suite, bundle, result.run_info)
-                    if result.run_info["status"] != "completed":  # partial: fewer Adds or questions than the bundle
-                        outcome.deviations.append(f"run {result.run_info['status']}: {result.run_info.get('error')}")
-                    if bundle.substitute_for:
-                        outcome.deviations.append(f"stands in for {bundle.substitute_for}, which is absent")
+                    ran(outcome, suite, bundle, result)
                 finally:
                     outcome.wall_s = round(time.perf_counter() - t_bundle, 3)
             outcomes.append(outcome)

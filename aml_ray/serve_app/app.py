@@ -21,7 +21,7 @@ from aml_ray.serve_app.admission import Admission
 from aml_ray.serve_app.deps import Service
 from aml_ray.serve_app.errors import error_responses, install_error_handlers
 from aml_ray.serve_app.routes import (access, access_pages, admin, admin_pages, docs_pages, evaluate_pages, health,
-                                      jobs, keys, leaderboard, pages, results)
+                                      jobs, keys, leaderboard, pages, question_pages, results)
 from aml_ray.serve_app.templating import STATIC_DIR
 from aml_ray.serve_app.settings import ServiceSettings
 from aml_ray.serve_app.limits import install_body_limit
@@ -90,8 +90,8 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     documented = {access: (*body, 401, 404, 409, 429, 503), jobs: (*body, 401, 404, 409, 429, 503),
                   keys: (401, 422), results: (401, 404, 422), admin: (*body, 401, 404, 409, 503),
                   leaderboard: (404, 422), pages: (422,)}
-    for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, admin_pages, access_pages,
-                   docs_pages, health):
+    for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, question_pages, admin_pages,
+                   access_pages, docs_pages, health):
         app.include_router(module.router, responses=error_responses(*documented.get(module, ())))
     # /docs and /redoc assets from the fastapi-offline package (no CDN), then the pages' own assets
     app.mount(docs_pages.DOCS_STATIC, StaticFiles(packages=[("fastapi_offline", "static")]), name="docs-static")

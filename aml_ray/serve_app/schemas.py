@@ -116,8 +116,28 @@ class StageOut(BaseModel):
     total: int
 
 
+class BundleOut(BaseModel):
+    """One bundle of a job (:mod:`aml_ray.store.bundles`): ``status`` is ``pending``, ``running``, ``ran``,
+    ``failed`` or ``skipped``; ``progress`` the bundle's own share of finished units (0..1); ``reason`` why
+    it failed or was skipped; ``score`` (0..1), ``coverage`` and the question counts once it ran."""
+
+    name: str
+    dataset: str
+    title: str | None = None
+    status: str
+    progress: float = 0.0
+    reason: str | None = None
+    score: float | None = None
+    score_ci_low: float | None = None
+    score_ci_high: float | None = None
+    coverage: float | None = None
+    n_total: int | None = None
+    n_scored: int | None = None
+
+
 class JobOut(BaseModel):
-    """A job's status as its key sees it."""
+    """A job's status as its key sees it; ``progress`` (0..1) is the mean of its bundles' progress, which
+    never drops when the next bundle starts; ``current_bundle`` names the bundle that runs now."""
 
     id: str
     version_id: str
@@ -129,6 +149,8 @@ class JobOut(BaseModel):
     stage_label: str
     progress: float
     stages: list[StageOut]
+    bundles: list[BundleOut] = []
+    current_bundle: str | None = None
     error_summary: str | None
     conformance: dict[str, Any] | None = None
     created_at: datetime

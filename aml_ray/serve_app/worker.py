@@ -34,6 +34,8 @@ from aml_ray.actors.participant import ParticipantSpec
 from aml_ray.security import EndpointRejected, pin_map, validate_endpoint_url
 from aml_ray.serve_app.gate import publication_gate, release_baseline, run_facts, suite_facts
 from aml_ray.serve_app.tracks import JobBundle, MissingBundles, NoSuite, job_bundles, track_suite
+from aml_ray.store import bundles as bundle_entries
+from aml_ray.store.bundles import failure_summary
 from aml_ray.store.jobs import get_job, mark_completed, mark_failed, mark_running, record_progress
 from aml_ray.store.keys import load_secret
 from aml_ray.store.models import Version
@@ -131,7 +133,7 @@ class JobWorker:
                 log.warning("job %s: lease lost to another runner; this runner stops", job_id)
 
     def _run(self, job_id: str, owner: str, beat: _Heartbeat) -> None:
-        from aml_ray.run.outcome import StageFailed
+        from aml_ray.run.suite_run import BundleOutcome, not_run, ran
 
         settings, sessions = self.service.settings, self.service.sessions
         secret: SecretStr | None = None
@@ -161,34 +163,48 @@ class JobWorker:
         if track == "coding":
             self._coding(job_id, owner, bundles[0], run_dir, spec, secret, mode, run_label, label)
             return
-        progress = _Progress(sessions, job_id)
-        runs: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
-        try:
-            for bundle in bundles:
-                if beat.lost.is_set():
-                    raise LeaseLost(job_id)
-                runs.append(self._bundle(bundle, run_dir / bundle.name, spec, mode, track, run_label, label, progress))
-        except StageFailed as exc:
-            progress.flush()
-            self._fail(job_id, owner, redact(exc.summary, secret))
-            return
-        except LeaseLost:
-            raise
-        except Exception as exc:  # dataset refused, Ray failure...: summarised, secret redacted
-            log.error("job %s failed: %s", job_id, type(exc).__name__)
-            self._fail(job_id, owner, redact(f"{type(exc).__name__}: {exc}", secret))
-            return
-        progress.flush()
         suite = track_suite(settings, track)
+        progress = _Progress(sessions, job_id, bundles)
+        runs: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+        names: list[str] = []  # of the bundles in ``runs``
+        for bundle in bundles:  # one bundle's failure is that bundle's outcome: the next bundle runs
+            if beat.lost.is_set():
+                raise LeaseLost(job_id)
+            outcome = BundleOutcome(bundle.name, bundle.dataset, suite.bundle(bundle.name).title, "running")
+            progress.start(outcome)
+            try:
+                rows, info, result = self._bundle(bundle, run_dir / bundle.name, spec, mode, track, run_label,
+                                                  label, progress)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # stopped, dataset refused, Ray failure...: the cause, secret redacted
+                log.error("job %s: bundle %s failed", job_id, bundle.name)
+                not_run(outcome, exc, log_traceback=False)
+                outcome.reason = redact(outcome.reason or "", secret)
+                progress.ended(outcome)
+                continue
+            if result is not None:
+                ran(outcome, suite, suite.bundle(bundle.name), result)
+            else:  # read back from an earlier attempt: the dataset row of its results
+                row = next((r for r in rows if r.get("category") == "overall"), {})
+                outcome.status, outcome.score, outcome.coverage = "ran", row.get("accuracy"), row.get("coverage")
+                outcome.n_total, outcome.n_scored = row.get("n_total", 0), row.get("n_scored", 0)
+            progress.ended(outcome, info)
+            runs.append((rows, info))
+            names.append(bundle.name)
+        if not runs:
+            self._fail(job_id, owner, redact(failure_summary(progress.entries), secret))
+            return
         table = [row for rows, _ in runs for row in rows]
         facts = suite_facts([run_facts(info) for _, info in runs], suite=f"{suite.name}@{suite.version}")
-        statuses = [info["status"] for _, info in runs]  # derived from the evidence (aml_ray.run.outcome)
-        partial = None
-        if any(s != "completed" for s in statuses):  # partial: kept for the participant; no review, quota back
-            partial = redact("; ".join(info.get("error") or info["status"] for _, info in runs
-                                       if info["status"] != "completed"), secret)
-        self._finish(job_id, owner, table, facts, partial=partial, gate=lambda session, job: publication_gate(
-            session, job, table, facts, release_baseline(settings, track)))
+        unfinished = [(name, info.get("error") or info["status"]) for name, (_, info) in zip(names, runs)
+                      if info["status"] != "completed"]  # derived from the evidence (aml_ray.run.outcome)
+        partial = [cause if len(bundles) == 1 else f"bundle {name} {cause}" for name, cause in unfinished]
+        if len(runs) < len(bundles):
+            partial.insert(0, failure_summary(progress.entries))
+        self._finish(job_id, owner, table, facts, partial=redact("; ".join(partial), secret) if partial else None,
+                     gate=lambda session, job: publication_gate(session, job, table, facts,
+                                                                 release_baseline(settings, track)))
 
     def _finish(self, job_id: str, owner: str, table: list[dict[str, Any]], facts: dict[str, Any], *,
                 gate: Callable[[Any, Any], dict[str, Any]], partial: str | None = None,
@@ -219,7 +235,7 @@ class JobWorker:
         from aml_ray.serve_app import coding_jobs
 
         settings = self.service.settings
-        progress = _Progress(self.service.sessions, job_id)
+        progress = _Progress(self.service.sessions, job_id, [])
         code_hash = pipeline_code_hash()
         try:
             rates, info = coding_jobs.run_coding_job(settings, bundle.path, run_dir / bundle.name, spec, mode=mode,
@@ -240,8 +256,9 @@ class JobWorker:
                          session, job, facts, coding_jobs.coding_baseline(settings, bundle.path)))
 
     def _bundle(self, bundle: JobBundle, out_dir: Path, spec: ParticipantSpec, mode: str, track: str,
-                run_label: str, label: str, progress: _Progress) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """Run, resume or read back one bundle; returns its (table rows, run.json)."""
+                run_label: str, label: str, progress: _Progress) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+        """Run, resume or read back one bundle; returns its (table rows, run.json, :class:`EvaluationResult`),
+        the result None when the bundle is read back (it completed before an interruption)."""
         from aml_ray.run.evaluation import EvaluationConfig, evaluate
 
         settings = self.service.settings
@@ -250,8 +267,8 @@ class JobWorker:
             info = json.loads(run_json.read_text())
             if info.get("status") == "completed":  # finished before the interruption: read back, not rerun
                 results = json.loads((out_dir / "results.json").read_text())
-                progress.bundle_done(info)
-                return results["table"], info
+                progress.totals = _totals_of(info)
+                return results["table"], info, None
         cfg = EvaluationConfig(
             dataset=bundle.dataset, participant=spec, answer=settings.model("answer"), judge=settings.model("judge"),
             out_dir=out_dir, data_path=bundle.path, suite=settings.suite_for(track), resume=run_json.exists(),
@@ -259,8 +276,7 @@ class JobWorker:
             run_label=run_label, participant_label=label,
             head_start=True)  # one active job per version (store.jobs.create_job): nobody else sends to it
         result = evaluate(cfg, on_progress=progress.callback, num_cpus=settings.num_cpus)
-        progress.bundle_done(result.run_info)
-        return result.table.to_dicts(), result.run_info
+        return result.table.to_dicts(), result.run_info, result
 
     def _smoke_conformance(self, job_id: str, owner: str, spec: ParticipantSpec, secret: SecretStr | None) -> bool:
         """Run the conformance battery (aml_ray.conformance) first in a smoke job and store its report.
@@ -303,22 +319,34 @@ class JobWorker:
 
 
 class _Progress:
-    """Stage progress of a job over its bundles: finished bundles' counts plus the running bundle's.
+    """Progress of a job over its bundles: the stage rows count the finished bundles' units plus the running
+    bundle's, and ``Job.bundles`` (:mod:`aml_ray.store.bundles`) keeps each bundle's status and own share.
 
-    A bundle's totals are known when it starts, so the job's totals grow bundle by bundle.
+    A bundle's totals are known when it starts, so the stage rows' totals grow bundle by bundle; the job's
+    overall progress is the mean of the bundles' shares, which the next bundle's start never lowers.
     """
 
-    def __init__(self, sessions, job_id: str):
+    def __init__(self, sessions, job_id: str, bundles: list[JobBundle]):
+        """``bundles``: the job's bundles in the order they run (none for a Coding job)."""
         self.sessions, self.job_id = sessions, job_id
+        self.entries = bundle_entries.pending(bundles)
         self.base_totals: dict[str, int] = {}
         self.base_done: dict[str, int] = {}
         self.totals: dict[str, int] = {}
         self.latest: dict[str, int] = {}
+        self.current = -1
         self._last_write = 0.0
 
     def _sum(self, base: dict[str, int], current: dict[str, int]) -> dict[str, int]:
         keys = set(base) | set(current)
         return {k: base.get(k, 0) + current.get(k, 0) for k in keys}
+
+    def start(self, outcome) -> None:
+        """The bundle ``outcome`` names (status ``running``) starts."""
+        self.current = next(i for i, e in enumerate(self.entries) if e["name"] == outcome.name)
+        self.entries[self.current].update(status="running", title=outcome.title, progress=0.0)
+        self.totals, self.latest = {}, {}
+        self._write(None, {})
 
     def callback(self, kind: str, values: dict[str, int]) -> None:
         """The ``on_progress`` of :func:`aml_ray.run.evaluation.evaluate` for the running bundle."""
@@ -333,23 +361,36 @@ class _Progress:
             self._last_write = now
             self._write("done", self._sum(self.base_done, self.latest))
 
-    def bundle_done(self, info: dict[str, Any]) -> None:
-        """Fold a finished bundle's counts into the base (its totals count as done)."""
-        totals = self.totals or _totals_of(info)
+    def ended(self, outcome, info: dict[str, Any] | None = None) -> None:
+        """Fold the running bundle into the base and record its outcome (a
+        :class:`aml_ray.run.suite_run.BundleOutcome`). A bundle that ran counts its totals as done (``info``,
+        its run.json, gives them when it was read back); one that failed keeps the units it finished."""
+        totals = self.totals or (_totals_of(info) if info else {})
         self.base_totals = self._sum(self.base_totals, totals)
-        self.base_done = self._sum(self.base_done, {**self.latest, **{k: v for k, v in totals.items()}})
+        done = {**self.latest, **totals} if outcome.status == "ran" else self.latest
+        self.base_done = self._sum(self.base_done, done)
+        entry = self.entries[self.current]
+        described = outcome.describe()
+        entry.update({k: described.get(k) for k in bundle_entries.OUTCOME_FIELDS if k in described})
+        entry["progress"] = 1.0 if outcome.status == "ran" else bundle_entries.share_done(totals, self.latest)
         self.totals, self.latest = {}, {}
         self._write("totals", self.base_totals)
         self._write("done", self.base_done)
 
     def flush(self) -> None:
-        """Write the newest counts (called when the job ends)."""
+        """Write the newest counts of the running bundle (a Coding job's one run, when it ends)."""
         if self.latest:
             self._write("done", self._sum(self.base_done, self.latest))
 
-    def _write(self, kind: str, values: dict[str, int]) -> None:
+    def _write(self, kind: str | None, values: dict[str, int]) -> None:
+        if self.current >= 0 and self.entries[self.current]["status"] == "running":
+            self.entries[self.current]["progress"] = bundle_entries.share_done(self.totals, self.latest)
         with self.sessions.begin() as s:
-            record_progress(get_job(s, self.job_id), kind, values)
+            job = get_job(s, self.job_id)
+            if kind is not None:
+                record_progress(job, kind, values)
+            if self.entries:
+                job.bundles = [dict(e) for e in self.entries]  # a new list: the JSON column is written
 
 
 def _totals_of(info: dict[str, Any]) -> dict[str, int]:

@@ -55,8 +55,10 @@ async def participant_failure(exc: BaseException, tracker, evidence: str | None 
         failure = {"kind": "ContractError", "field": exc.field, "request_id": exc.request_id,
                    "summary": f"ContractError: field '{exc.field}': {exc.reason}"}
     elif isinstance(exc, ParticipantError):
+        own = getattr(exc, "cause", None)  # an actor call's error is Ray's RayTaskError(ParticipantError), whose
+        # text is Ray's header and traceback; its ``cause`` is the participant client's own error
         failure = {"kind": "ParticipantError", "status": exc.status, "request_id": exc.request_id,
-                   "summary": f"ParticipantError: {exc}"}
+                   "summary": f"ParticipantError: {own if isinstance(own, ParticipantError) else exc}"}
     else:
         return
     if evidence is not None:

@@ -160,6 +160,9 @@ class Job(Base):
     checklist: Mapped[dict[str, Any] | None] = mapped_column()
     #: the conformance battery's report of a smoke job (aml_ray.conformance), JSON
     conformance: Mapped[dict[str, Any] | None] = mapped_column()
+    #: each bundle of a Textual/Multimodal job, in suite order, as :mod:`aml_ray.store.bundles` keeps it
+    #: (name, status, progress 0..1, scores, the cause of a failure), JSON; None before the job starts
+    bundles: Mapped[list[Any] | None] = mapped_column()
     run_dir: Mapped[str | None] = mapped_column(String(1000))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()

@@ -118,11 +118,26 @@ def start_job(request: Request, session: SessionDep, service: ServiceDep,
     return RedirectResponse(f"/evaluate/jobs/{job.id}", status_code=303)
 
 
+def category_label(dataset: str, category: Any) -> str:
+    """A result row's category as a person reads it: LoCoMo's numbered categories by name, the number kept
+    (``"1"`` -> ``"multi-hop (1)"``, :data:`aml_ray.datasets.locomo.CATEGORY_NAMES`); others as stored.
+
+    Examples:
+        >>> category_label("locomo", "4"), category_label("beam", "abstention"), category_label("locomo", "overall")
+        ('single-hop (4)', 'abstention', 'overall')
+    """
+    from aml_ray.datasets.locomo import CATEGORY_NAMES
+
+    name = CATEGORY_NAMES.get(str(category)) if dataset.startswith("locomo") else None
+    return f"{name} ({category})" if name else str(category)
+
+
 def _job_context(session, key: LeaderboardKey, job_id: str) -> dict[str, Any]:
     job = get_job_for_key(session, job_id, key.id)
     result = session.scalar(select(Result).where(Result.job_id == job.id))
     review = session.scalar(select(Review).where(Review.job_id == job.id))
-    rows = sorted(result.table, key=lambda r: (r["dataset"], r["category"] != "overall", str(r["category"]))) \
+    rows = sorted(({**r, "category_label": category_label(r["dataset"], r["category"])} for r in result.table),
+                  key=lambda r: (r["dataset"], r["category"] != "overall", str(r["category"]))) \
         if result is not None else []
     panel = job_panel(job.run_dir, sorted(result.per_dataset)) if result is not None else None
     return {"job": job_out(job), "active": job.status in ACTIVE, "result": result, "rows": rows, "review": review,

@@ -6,8 +6,9 @@ from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 
 from aml_ray.serve_app.deps import KeyDep, ServiceDep, SessionDep
-from aml_ray.serve_app.schemas import Checklist, JobIn, JobOut, StageOut
+from aml_ray.serve_app.schemas import BundleOut, Checklist, JobIn, JobOut, StageOut
 from aml_ray.serve_app.tracks import MissingBundles, NoSuite, job_bundles
+from aml_ray.store.bundles import overall_progress, running
 from aml_ray.store.errors import Conflict
 from aml_ray.store.jobs import create_job, get_job_for_key, jobs_for_key, stage_word
 from aml_ray.store.keys import version_for_key
@@ -17,17 +18,30 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 
 def job_out(job: Job) -> JobOut:
-    """A job with per-stage progress; ``progress`` is done / total over all stages (0..1); stages also carry
-    the seed's words (:data:`aml_ray.store.jobs.STAGE_WORDS`)."""
-    total = sum(s.total for s in job.stages)
-    done = sum(min(s.done, s.total) for s in job.stages)
-    progress = 1.0 if job.status == "completed" else (done / total if total else 0.0)
+    """A job with per-stage and per-bundle progress; stages also carry the seed's words
+    (:data:`aml_ray.store.jobs.STAGE_WORDS`).
+
+    ``progress`` (0..1) is the mean of the bundles' own progress (:func:`aml_ray.store.bundles.overall_progress`:
+    monotone over the suite, below 1 when a bundle failed); a job without bundle entries (a Coding job, or
+    one not started) counts done / total over its stages; a completed job is 1.
+    """
+    if job.status == "completed":
+        progress = 1.0
+    elif job.bundles:
+        progress = overall_progress(job.bundles)
+    else:
+        total = sum(s.total for s in job.stages)
+        progress = sum(min(s.done, s.total) for s in job.stages) / total if total else 0.0
+    now = running(job.bundles) if job.status == "running" else None
     return JobOut(id=job.id, version_id=job.version_id, mode=job.mode, track=job.track, run_label=job.run_label,
                   status=job.status, stage=job.stage, stage_label=stage_word(job.stage), progress=round(progress, 4),
                   stages=[StageOut(stage=s.stage, label=stage_word(s.stage), done=s.done, failed=s.failed or 0,
                                    total=s.total) for s in job.stages],
-                  error_summary=job.error_summary, conformance=job.conformance, created_at=job.created_at, started_at=job.started_at,
-                  finished_at=job.finished_at)
+                  bundles=[BundleOut.model_validate({k: e.get(k) for k in BundleOut.model_fields if k in e})
+                           for e in job.bundles or ()],
+                  current_bundle=now[1]["name"] if now else None,
+                  error_summary=job.error_summary, conformance=job.conformance, created_at=job.created_at,
+                  started_at=job.started_at, finished_at=job.finished_at)
 
 
 def _check_checklist(body: JobIn) -> None:
