@@ -87,9 +87,9 @@ def overall_table(result, *, offline: bool) -> Table:
         t.add_column(c, justify="right" if c in ("questions", "scored", "coverage", "score") else "left",
                      overflow="fold")
     for o in result.outcomes:
-        reason = o.reason or ""
-        # the whole reason (the column folds it): it is the user's next step
-        note = f"absent (aml-ray datasets fetch {o.name})" if reason.startswith("absent") else reason
+        # the whole reason (the column folds it): it is the user's next step, and an absent bundle's names the
+        # file looked for and the fetch command
+        note = o.reason or ""
         if o.status == "ran":
             extra = [f"{k} {_num(v)}" for k, v in o.task_averages.items()]
             if o.substitute_for:

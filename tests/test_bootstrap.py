@@ -166,6 +166,29 @@ def test_suite_overall_table_keeps_a_long_skip_reason_whole():
     assert reason.replace(" ", "") in notes.replace(" ", "")
 
 
+def test_suite_overall_table_names_an_absent_bundles_file_at_80_columns():
+    """An absent bundle's note keeps the file looked for and the fetch command (it read only
+    "absent (aml-ray datasets fetch ...)")."""
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from aml_ray.run.suite_run import BundleOutcome, overall_of
+    from aml_ray.suite_cli import overall_table
+
+    reason = "absent: ../shared/datasets/beam/beam_100k.json not found (aml-ray datasets fetch beam)"
+    outcomes = [BundleOutcome("beam", "beam", "BEAM", "skipped", reason=reason)]
+    suite = SimpleNamespace(name="textual", version="v1",
+                            aggregation=SimpleNamespace(rule="Overall = unweighted mean of the dataset scores."))
+    console = Console(record=True, width=80)
+    console.print(overall_table(SimpleNamespace(suite=suite, outcomes=outcomes, overall=overall_of(outcomes)),
+                                offline=False))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
+    assert reason.replace(" ", "") in notes.replace(" ", "")
+
+
 @pytest.mark.parametrize("max_cells", [bootstrap.MAX_CELLS, 40 * 7])
 def test_intervals_of_several_columns_share_one_draw_per_length_and_equal_one_by_one(monkeypatch, max_cells):
     """``mean_cis`` (the recall table's K columns of one category, issue 29's run tail): one index matrix per
