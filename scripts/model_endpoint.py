@@ -14,8 +14,8 @@ prints ``PORT <n>`` when ready; :class:`scripts.loopback_servers.ServerProcess` 
   ``--time-scale`` makes it short) and ``x-ratelimit-*`` headers, and is not charged. A request dearer
   than a full bucket is admitted when the bucket is full and leaves it in debt.
 - **Token counts**: ``usage.prompt_tokens`` as charged, ``usage.completion_tokens`` the reply's tokens.
-- **Replies**: a prompt that asks for a ``"label"`` (the judge) gets ``{"label": "CORRECT"}``, any
-  other a short answer.
+- **Replies**: a prompt that asks for a ``"label"`` (a judge) gets ``{"label": "CORRECT"}``, one that
+  asks for a ``"score"`` (a rubric judge) ``{"score": 1.0, ...}``, any other a short answer.
 - ``--time-scale S`` runs the endpoint's clock S times as fast: latencies x S, and a "minute" of the
   limits lasts 60 x S seconds. A client holds the same limits by declaring rpm / S and tpm / S, so a
   benchmark of an hour of traffic takes S hours.
@@ -170,7 +170,7 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
         model = str(body.get("model", "loopback"))
         messages = body.get("messages") or []
         prompt_text = " ".join(str(m.get("content", "")) for m in messages)
-        kind = "judge" if '"label"' in prompt_text else "answer"
+        kind = "judge" if '"label"' in prompt_text or '"score"' in prompt_text else "answer"
         st = state["stats"].setdefault(model, ModelStats())
         st.calls += 1
         prompt = prompt_tokens(messages, model)
@@ -208,7 +208,8 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
             await asyncio.sleep(latency.draw(rng) * time_scale)
         finally:
             st.in_flight -= 1
-        text = 'Same thing as the gold answer.\n{"label": "CORRECT"}' if kind == "judge" else "loopback answer"
+        text = ("loopback answer" if kind == "answer" else '{"score": 1.0, "reason": "present"}'
+                if '"score"' in prompt_text else 'Same thing as the gold answer.\n{"label": "CORRECT"}')
         completion = min(count_tokens(text, model), int(body.get("max_tokens") or 1 << 30))
         st.ok += 1
         st.completion_tokens += completion
