@@ -34,20 +34,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_pipeline import _proc_status  # noqa: E402
 from loopback_servers import ServerProcess  # noqa: E402
 
 ANSWER_MODEL, JUDGE_MODEL = "gpt-4o-mini", "gpt-4o"
-
-
-def _hwm(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, Any]:
@@ -68,7 +58,7 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
 
     def poll() -> None:
         while proc.poll() is None:
-            peak[0] = max(peak[0], _hwm(proc.pid))
+            peak[0] = max(peak[0], _proc_status(proc.pid).get("VmHWM", 0))
             time.sleep(0.2)
 
     watcher = threading.Thread(target=poll, daemon=True)
