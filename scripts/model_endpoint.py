@@ -22,8 +22,8 @@ prints ``PORT <n>`` when ready; :class:`scripts.loopback_servers.ServerProcess` 
 
 ``GET /stats``: per model, calls, 429s (by limit), tokens charged, prompt and completion tokens, the
 most requests and tokens admitted in any one ``--window-s`` and in any one minute (both in the endpoint's
-clock), the peak in flight; ``--tag-regex R`` adds ``calls``: ``[arrival, done, kind, tag, status]`` per
-call (``time.monotonic``; ``tag`` = R's first group in the prompt). ``POST /reset`` zeroes them.
+clock), the peak in flight; ``--tag-regex R`` adds ``calls``: ``[arrival, done, kind, tag, status, tokens charged]``
+per call (``time.monotonic``; ``tag`` = R's first group in the prompt). ``POST /reset`` zeroes them.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
         call = None
         if tag_re is not None:
             found = tag_re.search(prompt_text)
-            call = [now, None, kind, found.group(1) if found else "", 200]
+            call = [now, None, kind, found.group(1) if found else "", 200, cost]
             state["calls"].append(call)
         over = [name for name, w in waits.items() if w > 0]
         if over:
