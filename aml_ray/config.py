@@ -48,6 +48,12 @@ class ModelEndpoint:
         timeout_s: per-request timeout in seconds (answer 180 s, judge 360 s by default).
         rpm: requests per minute limit, or None.
         tpm: tokens per minute limit (prompt estimate + max_tokens), or None.
+        rate_window_s: seconds of the rpm/tpm budget the client may send at once, in (0, 60] (default 0.5:
+            hosted APIs enforce per-minute limits over periods as short as a second, and a client that
+            holds half of that period's budget stays under it when requests bunch up on the way; see
+            :class:`aml_ray.models.rate_limits.RequestBudget`).
+        rate_headroom: share of rpm/tpm left unused, in [0, 0.5) (default 0.05), so the endpoint's budget
+            absorbs arrival jitter and small token-count differences.
         cache_path: SQLite reply cache (see :mod:`aml_ray.models.answer_cache`), or None for no cache.
         vision: the model accepts OpenAI-style image parts (``<ROLE>_VISION=1``); the Multimodal track
             refuses an online answer model without it.
@@ -63,6 +69,21 @@ class ModelEndpoint:
     tpm: float | None = None
     cache_path: str | None = None
     vision: bool = False
+    rate_window_s: float = 0.5
+    rate_headroom: float = 0.05
+
+    def __post_init__(self) -> None:
+        """Refuse limits a client cannot hold (the field name and the fix in the message)."""
+        prefix = self.role.upper()
+        if self.max_in_flight < 1:
+            raise ValueError(f"{prefix}_MAX_IN_FLIGHT must be >= 1, got {self.max_in_flight!r}")
+        for name, value in (("RPM", self.rpm), ("TPM", self.tpm)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{prefix}_{name} must be a positive number or unset, got {value!r}")
+        if not 0 < self.rate_window_s <= 60:
+            raise ValueError(f"{prefix}_RATE_WINDOW_S must be in (0, 60] seconds, got {self.rate_window_s!r}")
+        if not 0 <= self.rate_headroom < 0.5:
+            raise ValueError(f"{prefix}_RATE_HEADROOM must be in [0, 0.5), got {self.rate_headroom!r}")
 
     @property
     def offline(self) -> bool:
@@ -72,7 +93,8 @@ class ModelEndpoint:
         """A secret-free description for run.json and the console."""
         return {"role": self.role, "base_url": self.base_url, "model": self.model, "offline": self.offline,
                 "timeout_s": self.timeout_s, "max_in_flight": self.max_in_flight, "rpm": self.rpm,
-                "tpm": self.tpm, "temperature": 0, **({"vision": True} if self.vision else {})}
+                "tpm": self.tpm, "rate_window_s": self.rate_window_s, "rate_headroom": self.rate_headroom,
+                "temperature": 0, **({"vision": True} if self.vision else {})}
 
 
 OFFLINE_ANSWER_MODEL = "offline-extractive-answerer (not an official model)"
@@ -92,11 +114,22 @@ def _number(env: dict[str, str], name: str, kind=float):
     return value
 
 
+def _headroom(env: dict[str, str], name: str) -> float:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return 0.05
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} must be a number in [0, 0.5), e.g. 0.05") from None
+
+
 def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> ModelEndpoint:
     """Build the answer or judge endpoint from the environment.
 
     Variables (``<ROLE>`` is ``ANSWER`` or ``JUDGE``): ``<ROLE>_API_BASE``, ``<ROLE>_API_KEY``,
     ``<ROLE>_MODEL``, and optionally ``<ROLE>_MAX_IN_FLIGHT``, ``<ROLE>_RPM``, ``<ROLE>_TPM``,
+    ``<ROLE>_RATE_WINDOW_S``, ``<ROLE>_RATE_HEADROOM`` (see :class:`ModelEndpoint`),
     ``<ROLE>_TIMEOUT_S``, ``<ROLE>_VISION`` (``1``/``true``: accepts images). Replies are cached under ``<cache dir>/model-replies.sqlite3`` unless
     ``AML_MODEL_CACHE=off``.
 
@@ -119,4 +152,6 @@ def model_endpoint_from_env(role: str, env: dict[str, str] | None = None) -> Mod
     return ModelEndpoint(role=role, base_url=base, model=model, api_key=SecretStr(key) if key else None,
                          timeout_s=timeout, max_in_flight=_number(env, f"{prefix}_MAX_IN_FLIGHT", int) or 32,
                          rpm=_number(env, f"{prefix}_RPM"), tpm=_number(env, f"{prefix}_TPM"), cache_path=cache,
-                         vision=env.get(f"{prefix}_VISION", "").lower() in ("1", "true", "yes"))
+                         vision=env.get(f"{prefix}_VISION", "").lower() in ("1", "true", "yes"),
+                         rate_window_s=_number(env, f"{prefix}_RATE_WINDOW_S") or 0.5,
+                         rate_headroom=_headroom(env, f"{prefix}_RATE_HEADROOM"))

@@ -463,7 +463,8 @@ class ServerProcess:
     """Start one loopback server in a subprocess; use as a context manager.
 
     Args:
-        kind: ``"participant"`` or ``"model"``.
+        kind: ``"participant"`` or ``"model"``, or ``"hosted"``: the hosted-API-like model endpoint of
+            ``scripts/model_endpoint.py`` (lognormal latency, RPM/TPM limits with 429s).
         *args: extra command-line flags (``"--latency-ms", "20"``...).
 
     Attributes:
@@ -471,7 +472,9 @@ class ServerProcess:
     """
 
     def __init__(self, kind: str, *args: str):
-        self.cmd = [sys.executable, str(Path(__file__).resolve()), kind, *args]
+        here = Path(__file__).resolve()
+        self.cmd = ([sys.executable, str(here.with_name("model_endpoint.py")), *args] if kind == "hosted"
+                    else [sys.executable, str(here), kind, *args])
         self.proc: subprocess.Popen | None = None
         self.base_url = ""
 

@@ -13,8 +13,11 @@ goes through the SDK's documented ``client.post`` with the body as JSON and the 
 the typed parameters and construction of the response models, which nearly doubled the client's CPU
 per call; on 2 cores that CPU held the answer and judge rates below the endpoints' limits (measured:
 docs/benchmarks.md).
-Limits: max in-flight requests (fair slots), requests/minute and tokens/minute (aiolimiter buckets; the
-token cost of a call is estimated before sending as prompt tokens + ``max_tokens``). Replies are cached
+Limits: max in-flight requests (fair slots), requests/minute and tokens/minute
+(:class:`aml_ray.models.rate_limits.RequestBudget`: aiolimiter buckets holding ``rate_window_s`` of budget,
+drained at the limits less ``rate_headroom``; the token cost of a call is counted before sending as a
+hosted API charges it, prompt tokens with the per-message overhead + ``max_tokens``). A 429 is retried
+after its Retry-After. Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
 (:mod:`aml_ray.models.pricing`) are recorded per call.
 """
@@ -29,14 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aiolimiter import AsyncLimiter
-
 from aml_ray.actors.fair import FairSlots
 from aml_ray.models.answer_cache import AnswerCache, cache_key
 from aml_ray.config import ModelEndpoint
 from aml_ray.models.pricing import estimate_cost_usd
+from aml_ray.models.rate_limits import RequestBudget, request_tokens
 from aml_ray.run.ray_runtime import tune_actor_process
-from aml_ray.media import text_of
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
 
 if TYPE_CHECKING:
@@ -97,8 +98,7 @@ class ModelClient:
         self.retry = retry
         self._client: openai.AsyncOpenAI | None = None
         self._slots: FairSlots | None = None
-        self._rpm = AsyncLimiter(endpoint.rpm, 60) if endpoint.rpm else None
-        self._tpm = AsyncLimiter(endpoint.tpm, 60) if endpoint.tpm else None
+        self._budget = RequestBudget(endpoint.rpm, endpoint.tpm, endpoint.rate_window_s, endpoint.rate_headroom)
         self._cache = AnswerCache(Path(endpoint.cache_path)) if endpoint.cache_path else None
 
     def _ensure(self) -> openai.AsyncOpenAI:
@@ -137,17 +137,8 @@ class ModelClient:
         assert self._slots is not None
         # the RPM/TPM buckets are taken inside the slot: slots are granted fairly, so rate is shared too
         async with self._slots.slot(job):
-            if self._rpm is not None:
-                await self._rpm.acquire()
-            if self._tpm is not None:
-                from aml_ray.models.tokens import count_tokens  # the tokenizer loads its tables on import
-
-                # image parts: a 2048 x 768 image's tokens each (aml_ray.media), not their base64 text
-                estimate = sum(count_tokens(text_of(m.get("content", "")), self.endpoint.model)
-                               + 1105 * sum(isinstance(p, dict) and p.get("type") == "image_url"
-                                            for p in (m.get("content") if isinstance(m.get("content"), list) else []))
-                               for m in messages)
-                await self._tpm.acquire(min(float(estimate + max_tokens), self._tpm.max_rate))
+            await self._budget.acquire(request_tokens(messages, max_tokens, self.endpoint.model)
+                                       if self._budget.counts_tokens else 0)
             t0 = time.perf_counter()
             try:
                 raw = await client.post("/chat/completions", cast_to=bytes, body={

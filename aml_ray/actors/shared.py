@@ -70,7 +70,7 @@ def _digest(fields: dict[str, Any]) -> str:
 def model_endpoint_key(endpoint: ModelEndpoint) -> str:
     """The identity of a model endpoint: 16 hex digits of sha256 over its non-secret fields.
 
-    Fields: role, base_url, model and the declared limits (max_in_flight, rpm, tpm), plus the client
+    Fields: role, base_url, model and the declared limits (max_in_flight, rpm, tpm, rate_window_s, rate_headroom), plus the client
     settings a shared actor would otherwise impose on another job (timeout_s, cache_path, vision).
     The role is part of it because the operator declares limits per role (``ANSWER_MAX_IN_FLIGHT``,
     ``JUDGE_MAX_IN_FLIGHT``): the answer and judge budgets stay separate, as configured. The API key is
@@ -85,6 +85,7 @@ def model_endpoint_key(endpoint: ModelEndpoint) -> str:
     """
     return _digest({"role": endpoint.role, "base_url": endpoint.base_url, "model": endpoint.model,
                     "max_in_flight": endpoint.max_in_flight, "rpm": endpoint.rpm, "tpm": endpoint.tpm,
+                    "rate_window_s": endpoint.rate_window_s, "rate_headroom": endpoint.rate_headroom,
                     "timeout_s": endpoint.timeout_s, "cache_path": endpoint.cache_path,
                     "vision": endpoint.vision})
 
