@@ -119,8 +119,8 @@ def verify_key(page, base: str, key: str) -> None:
 def test_leaderboard_page_rows_bars_filter_and_screenshot(site, page, tmp_path):
     base, _, _ = site
     response = page.goto(f"{base}/leaderboard/textual")
-    assert page.title() == "Textual board · Agent Memory Leaderboard"
     on_site_layout(page, response, "Leaderboard")
+    assert page.title() == "Textual board · Agent Memory Leaderboard"
     assert page.locator('nav.tabs a[aria-current="page"]').inner_text() == "Textual"
     assert board_rows(page) == [("1", "Atlas Memory", "commercial"), ("2", "Cortex", "commercial"),
                                 ("3", "GraphMem", "open_source"), ("4", "BM25 baseline", "open_source")]
