@@ -186,18 +186,22 @@ def test_empty_track_page_says_so(site, page):
 def test_job_link_leads_to_the_one_job_page_with_live_progress_for_its_key_only(site, page, browser, tmp_path):
     base, jobs, service = site
     key, job_id = jobs["running"]
-    response = page.goto(f"{base}/jobs/{job_id}")  # no page session: verify the key first
-    assert page.url == f"{base}/evaluate" and response.request.redirected_from is not None
-    assert page.locator("#verify").is_visible()
+    page.goto(f"{base}/jobs/{job_id}")  # no page session: verify the key first, then on to the job's page
+    assert page.url == f"{base}/evaluate?job={job_id}"
+    assert page.locator("#return-job").inner_text() == f"Verify the key that started job {job_id} to see its page."
 
     other = browser.new_context().new_page()  # another participant's key sees no such job
-    verify_key(other, base, jobs["failed"][0])
-    assert other.goto(f"{base}/jobs/{job_id}").status == 404
-    assert other.locator("h1").inner_text() == "Job not found"
+    other.goto(f"{base}/jobs/{job_id}")
+    other.get_by_label("Leaderboard API key", exact=True).fill(jobs["failed"][0])
+    other.click("#verify-button")
+    expect(other.locator("h1")).to_have_text("Job not found")
+    assert other.url == f"{base}/evaluate/jobs/{job_id}"
     other.context.close()
 
-    verify_key(page, base, key)
-    response = page.goto(f"{base}/jobs/{job_id}")
+    page.get_by_label("Leaderboard API key", exact=True).fill(key)
+    page.click("#verify-button")
+    page.wait_for_url(f"{base}/evaluate/jobs/{job_id}")
+    response = page.goto(f"{base}/jobs/{job_id}")  # the short link, with a page session: the same page
     assert page.url == f"{base}/evaluate/jobs/{job_id}"
     assert response.request.redirected_from.url == f"{base}/jobs/{job_id}"
     on_site_layout(page, response, "Evaluation")

@@ -119,3 +119,11 @@ def test_a_dataset_without_evidence_ids_says_so(drill):
     listed = client.get(bare).text
     assert text_of(listed, "recall-note") == "No evidence ids in this dataset."
     assert re.findall(r'<td class="num recall">([^<]*)</td>', listed) == ["-", "-", "-"]
+
+
+def test_the_recall_module_examples_hold():
+    import doctest
+
+    from aml_ray.serve_app import question_recall
+
+    assert doctest.testmod(question_recall).failed == 0

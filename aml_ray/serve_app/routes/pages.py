@@ -13,7 +13,8 @@ from fastapi.responses import RedirectResponse
 router = APIRouter(tags=["pages"], include_in_schema=False)
 
 #: Job ids are ``job_`` + URL-safe random characters (see :func:`aml_ray.store.models.new_id`).
-JOB_ID = Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]+$"
+JOB_ID = Path(min_length=1, max_length=64, pattern=JOB_ID_PATTERN)
 
 
 @router.get("/jobs/{job_id}")
