@@ -1,5 +1,9 @@
 """The public leaderboard page and a participant's job page in real headless Chromium (Playwright).
 
+Every page is on the site's layout (``base.html``: site navigation, ``/static/site.css``) and served with the
+pages' Content-Security-Policy (``PAGE_CSP``: no inline script or style); Chromium reports each refused inline
+style or script as a console error, which fails the test (the ``page`` fixture).
+
 The app is served by uvicorn on loopback (``tests.servers.ThreadServer``) over ``create_app`` with test
 settings and no job worker; the board is seeded through the store (smoke -> full -> review -> approval).
 Chromium is Debian's ``/usr/bin/chromium`` (the session ``browser`` fixture of conftest): the tests never run
@@ -18,7 +22,8 @@ from pydantic import SecretStr
 
 from aml_ray.serve_app.app import create_app
 from aml_ray.serve_app.settings import ServiceSettings
-from aml_ray.store.jobs import mark_failed
+from aml_ray.serve_app.templating import PAGE_CSP
+from aml_ray.store.jobs import get_job, mark_failed, record_progress
 from aml_ray.store.synthetic import SyntheticEntry, job_in_progress, publish
 from tests.servers import ThreadServer
 
@@ -37,8 +42,9 @@ ENTRIES = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
-    """A served app with four published rows and two private jobs; yields (base URL, {name: (key, job id)})."""
+def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]], object]]:
+    """A served app with four published rows and three private jobs; yields (base URL, {name: (key, job id)},
+    the app's service)."""
     tmp = tmp_path_factory.mktemp("pages")
     settings = ServiceSettings(database_url=f"sqlite:///{tmp / 'aml.sqlite3'}",
                                master_keys=[SecretStr(Fernet.generate_key().decode())], run_worker=False,
@@ -58,7 +64,7 @@ def site(tmp_path_factory) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
         mark_failed(job, "1 of 28 Adds failed after retries", status="partial")
         jobs["partial"] = (key, job.id)
     with ThreadServer(app) as server:
-        yield server.base_url, jobs
+        yield server.base_url, jobs, service
     service.engine.dispose()
 
 
@@ -70,6 +76,7 @@ def browser_errors() -> list[str]:
 
 @pytest.fixture
 def page(browser, browser_errors):
+    """A page of a fresh browser context (its own cookies) at 1280 x 800; fails the test on a browser error."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.on("pageerror", lambda exc: browser_errors.append(str(exc)))
@@ -85,10 +92,36 @@ def board_rows(page) -> list[tuple[str, str, str]]:
             for r in page.locator("#board tbody tr").all()]
 
 
+def overflow(page) -> int:
+    """Pixels the page is wider than its viewport (0: no horizontal scroll bar)."""
+    return page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
+def on_site_layout(page, response, current: str) -> None:
+    """Assert the page is on ``base.html`` with the pages' CSP and no inline style, ``current`` the site
+    navigation's current item."""
+    assert response.headers["content-security-policy"] == PAGE_CSP
+    assert "unsafe-inline" not in response.headers["content-security-policy"]
+    assert page.locator('header.site nav a[aria-current="page"]').inner_text() == current
+    assert page.locator('link[rel="stylesheet"]').get_attribute("href") == "/static/site.css"
+    assert page.locator("[style]").count() == 0 and page.locator("style").count() == 0
+    assert page.locator("script:not([src])").count() == 0
+
+
+def verify_key(page, base: str, key: str) -> None:
+    """Start the page session of ``key`` on the Evaluation page."""
+    page.goto(f"{base}/evaluate")
+    page.get_by_label("Leaderboard API key", exact=True).fill(key)
+    page.click("#verify-button")
+    expect(page.locator("#verified")).to_be_visible()
+
+
 def test_leaderboard_page_rows_bars_filter_and_screenshot(site, page, tmp_path):
-    base, _ = site
-    page.goto(f"{base}/leaderboard/textual")
-    assert page.title() == "AML leaderboard: Textual"
+    base, _, _ = site
+    response = page.goto(f"{base}/leaderboard/textual")
+    on_site_layout(page, response, "Leaderboard")
+    assert page.title() == "Textual board · Agent Memory Leaderboard"
+    assert page.locator('nav.tabs a[aria-current="page"]').inner_text() == "Textual"
     assert board_rows(page) == [("1", "Atlas Memory", "commercial"), ("2", "Cortex", "commercial"),
                                 ("3", "GraphMem", "open_source"), ("4", "BM25 baseline", "open_source")]
     headers = [h.inner_text() for h in page.locator("#board thead th").all()]
@@ -97,10 +130,9 @@ def test_leaderboard_page_rows_bars_filter_and_screenshot(site, page, tmp_path):
     first = page.locator("#board tbody tr").first
     # Overall is the mean of the datasets: (71.2 + 65.5) / 2 = 68.35 -> 68.3 (rounding half to even)
     assert first.locator("td").nth(4).inner_text().strip() in ("68.3", "68.4")
-    bar = first.locator("td").nth(5).locator(".bar > span")
-    assert bar.get_attribute("style") == "width: 71.2%"
-    track_width = first.locator("td").nth(5).locator(".bar").bounding_box()["width"]
-    assert bar.bounding_box()["width"] == pytest.approx(0.712 * track_width, abs=1.5)
+    bar = first.locator("td").nth(5).locator(".score > meter")  # the bar is the <meter>'s own value
+    assert (bar.get_attribute("min"), bar.get_attribute("max"), bar.get_attribute("value")) == ("0", "1", "0.7120")
+    assert bar.evaluate("m => m.value") == pytest.approx(0.712) and bar.bounding_box()["width"] >= 40
     baseline = page.locator('tr[data-system="BM25 baseline"] td')
     assert baseline.nth(6).inner_text().strip() == "-"  # no longmemeval score: no bar
     assert baseline.nth(8).inner_text() == "2026-02-14"
@@ -128,71 +160,94 @@ def test_leaderboard_page_rows_bars_filter_and_screenshot(site, page, tmp_path):
     assert (tmp_path / "leaderboard-textual.png").stat().st_size > 10_000
 
 
+def test_leaderboard_page_fits_1280_and_390_pixels(site, page, tmp_path):
+    """The board scrolls inside its own region: the page never scrolls sideways, also on a phone."""
+    base, _, _ = site
+    widths = {}
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.goto(f"{base}/leaderboard/textual")
+        widths[width] = overflow(page)
+        region = page.locator("#board-wrap").bounding_box()
+        assert region["x"] >= 0 and region["x"] + region["width"] <= width, (width, region)
+    assert widths == {1280: 0, 390: 0}
+    assert page.locator("#board-wrap").evaluate("e => e.scrollWidth > e.clientWidth")  # 390 px: the table scrolls
+    page.screenshot(path=str(tmp_path / "leaderboard-390.png"), full_page=True)
+
+
 def test_empty_track_page_says_so(site, page):
-    base, _ = site
+    base, _, _ = site
     page.goto(f"{base}/leaderboard/coding")
     assert page.locator("#empty").inner_text() == "No published results on this board yet."
     page.get_by_role("link", name="Textual").click()
     assert page.locator("#board tbody tr").count() == len(ENTRIES)
 
 
-def test_job_page_shows_stage_progress_for_its_key_only(site, page, browser_errors, tmp_path):
-    base, jobs = site
+def test_job_link_leads_to_the_one_job_page_with_live_progress_for_its_key_only(site, page, browser, tmp_path):
+    base, jobs, service = site
     key, job_id = jobs["running"]
-    page.goto(f"{base}/jobs/{job_id}")
-    assert page.locator("#job").is_hidden()
-    page.fill("#key", "aml_not-a-valid-key")
-    page.click("#show")
-    expect(page.locator("#message")).to_have_text("That Leaderboard API key is not valid.")
-    page.fill("#key", jobs["failed"][0])  # a valid key, but another participant's
-    page.click("#show")
-    expect(page.locator("#message")).to_have_text("No job with this id for this key.")
-    assert page.locator("#job").is_hidden()
-    # Chromium logs the two refused API calls (401, then 404) as console errors: expected here
-    assert [e for e in browser_errors if "status of 401" not in e and "status of 404" not in e] == []
-    browser_errors.clear()
+    page.goto(f"{base}/jobs/{job_id}")  # no page session: verify the key first, then on to the job's page
+    assert page.url == f"{base}/evaluate?job={job_id}"
+    assert page.locator("#return-job").inner_text() == f"Verify the key that started job {job_id} to see its page."
 
-    page.fill("#key", key)
-    page.click("#show")
-    page.wait_for_selector("#stages tbody tr")
+    other = browser.new_context().new_page()  # another participant's key sees no such job
+    other.goto(f"{base}/jobs/{job_id}")
+    other.get_by_label("Leaderboard API key", exact=True).fill(jobs["failed"][0])
+    other.click("#verify-button")
+    expect(other.locator("h1")).to_have_text("Job not found")
+    assert other.url == f"{base}/evaluate/jobs/{job_id}"
+    other.context.close()
+
+    page.get_by_label("Leaderboard API key", exact=True).fill(key)
+    page.click("#verify-button")
+    page.wait_for_url(f"{base}/evaluate/jobs/{job_id}")
+    response = page.goto(f"{base}/jobs/{job_id}")  # the short link, with a page session: the same page
+    assert page.url == f"{base}/evaluate/jobs/{job_id}"
+    assert response.request.redirected_from.url == f"{base}/jobs/{job_id}"
+    on_site_layout(page, response, "Evaluation")
+    assert page.locator('script[src="/static/evaluate.js"]').count() == 1
     assert page.locator("#status").inner_text() == "running"
     rows = [(r.get_attribute("data-stage"), r.locator("td").nth(1).inner_text())
             for r in page.locator("#stages tbody tr").all()]
-    assert rows == [("add", "28 / 28"), ("search", "61 / 152"), ("answer", "40 / 152"), ("judge", "12 / 152")]
-    assert page.locator('tr[data-stage="search"] .bar > span').get_attribute("style") == "width: 40.1%;"
-    assert page.locator("#error").is_hidden()
-    assert page.locator("#key").input_value() == ""  # the key is not left in the form
+    assert rows == [("add", "28 / 28"), ("search", "61 / 152"), ("answer", "40 / 152"), ("judge", "12 / 152"),
+                    ("aggregate", "0 / 1")]
+    search = page.locator('tr[data-stage="search"] progress')
+    assert (search.get_attribute("max"), search.get_attribute("value")) == ("152", "61")
+    assert page.locator("#error").count() == 0
     assert key not in page.content() and key not in page.url
+
+    with service.sessions.begin() as session:  # the job moves on: the page shows it without a reload
+        record_progress(get_job(session, job_id), "done", {"add": 28, "search": 100, "answer": 40, "judge": 12})
+    expect(page.locator('tr[data-stage="search"] td').nth(1)).to_have_text("100 / 152", timeout=10_000)
+    assert page.url == f"{base}/evaluate/jobs/{job_id}"
     page.screenshot(path=str(tmp_path / "job-running.png"), full_page=True)
 
 
 def test_job_page_shows_the_error_summary_of_a_failed_job(site, page, tmp_path):
-    base, jobs = site
+    base, jobs, _ = site
     key, job_id = jobs["failed"]
+    verify_key(page, base, key)
     response = page.goto(f"{base}/jobs/{job_id}")
     assert response.headers["cache-control"] == "no-store"
-    assert "script-src 'nonce-" in response.headers["content-security-policy"]
-    page.fill("#key", key)
-    page.click("#show")
-    page.wait_for_selector("#error:not([hidden])")
+    assert response.headers["content-security-policy"] == PAGE_CSP
     assert page.locator("#status").inner_text() == "failed"
     assert page.locator("#error-text").inner_text() == ERROR
     badge = page.locator("#status").evaluate("e => getComputedStyle(e).backgroundColor")
     assert badge == "rgb(251, 218, 218)"  # red
-    assert page.locator('#stages tr[data-stage="add"] td').nth(1).inner_text() == "3 / 28 (2 failed)"
+    add = page.locator('#stages tr[data-stage="add"] td')
+    assert (add.nth(1).inner_text(), add.nth(2).inner_text()) == ("3 / 28", "2")  # 2 failed
     page.screenshot(path=str(tmp_path / "job-failed.png"), full_page=True)
 
 
 def test_job_page_shows_a_partial_job_amber_with_its_failed_units(site, page):
     """Issue 24: a run whose evidence misses an Add is 'partial', never 'completed', and says how many failed."""
-    base, jobs = site
+    base, jobs, _ = site
     key, job_id = jobs["partial"]
+    verify_key(page, base, key)
     page.goto(f"{base}/jobs/{job_id}")
-    page.fill("#key", key)
-    page.click("#show")
-    page.wait_for_selector("#error:not([hidden])")
     assert page.locator("#status").inner_text() == "partial"
     assert page.locator("#status").evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 236, 200)"
-    assert page.locator("#stage-line").inner_text() == ""  # a finished job shows no current stage
-    assert page.locator('#stages tr[data-stage="add"] td').nth(1).inner_text() == "28 / 28 (1 failed)"
+    assert page.locator("#stage-line").count() == 0  # a finished job shows no current stage
+    add = page.locator('#stages tr[data-stage="add"] td')
+    assert (add.nth(1).inner_text(), add.nth(2).inner_text()) == ("28 / 28", "1")
     assert page.locator("#error-text").inner_text() == "1 of 28 Adds failed after retries"

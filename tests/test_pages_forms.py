@@ -105,3 +105,23 @@ def test_pages_send_a_same_origin_policy_and_no_cache(client):
         assert r.headers["cache-control"] == "no-store"
         assert "script-src 'self'" in r.headers["content-security-policy"] and "http" not in r.headers["content-security-policy"]
         assert "//" not in "".join(line for line in r.text.splitlines() if "src=" in line or "href=\"http" in line)
+
+
+def test_the_key_verification_returns_to_a_job_id_only(client):
+    """A job link without a page session goes to the verification and back to that job, never to a URL."""
+    created = api_request(client)
+    key = client.post(f"/api/admin/access-requests/{created['id']}/approve",
+                      headers={"Authorization": f"Bearer {ADMIN}"}).json()["leaderboard_key"]
+    short = client.get("/jobs/job_abc", follow_redirects=False)
+    assert (short.status_code, short.headers["location"]) == (307, "/evaluate/jobs/job_abc")
+    page = client.get("/evaluate/jobs/job_abc", follow_redirects=False)
+    assert (page.status_code, page.headers["location"]) == (303, "/evaluate?job=job_abc")
+    assert 'name="job" value="job_abc"' in client.get("/evaluate?job=job_abc").text
+    for target in ("//evil.example", "https://evil.example/", "../admin", "job_abc/../../admin"):
+        assert client.get("/evaluate", params={"job": target}).status_code == 422
+        r = client.post("/evaluate/key", data={"key": key, "job": target}, follow_redirects=False)
+        assert r.status_code == 422 and "set-cookie" not in r.headers, target
+    assert client.get("/jobs/..%2Fadmin", follow_redirects=False).status_code in (404, 422)
+    r = client.post("/evaluate/key", data={"key": key, "job": "job_abc"}, follow_redirects=False)
+    assert (r.status_code, r.headers["location"]) == (303, "/evaluate/jobs/job_abc")
+    assert client.get("/evaluate/jobs/job_abc").status_code == 404  # verified, but no such job for this key

@@ -142,7 +142,7 @@ def test_full_participant_flow_on_serve(serve_app, tmp_path):
     assert board["rows"][0]["datasets"]["locomo"]["accuracy"] == pytest.approx(overall_row["accuracy"])
     page = api.call("GET", "/leaderboard/textual")
     assert page.status_code == 200 and "BM25 reference" in page.text
-    assert f"{res['overall'] * 100:.1f}" in page.text and 'class="bar"' in page.text
+    assert f"{res['overall'] * 100:.1f}" in page.text and '<meter min="0" max="1"' in page.text
     assert api.call("GET", "/leaderboard/textual?division=commercial").text.count("BM25 reference") == 0
     actions = [a["action"] for a in api.call("GET", "/api/admin/actions", key=ADMIN).json()]
     assert actions == ["review.approve", "access_request.approve", "access_request.approve"]

@@ -89,7 +89,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     body = (400, 403, 413, 422)  # any route with a body: unparseable, cross-origin, too large, invalid
     documented = {access: (*body, 401, 404, 409, 429, 503), jobs: (*body, 401, 404, 409, 429, 503),
                   keys: (401, 422), results: (401, 404, 422), admin: (*body, 401, 404, 409, 503),
-                  leaderboard: (404, 422), pages: (422,)}
+                  leaderboard: (404, 422)}
     for module in (access, keys, jobs, results, admin, leaderboard, pages, evaluate_pages, question_pages, admin_pages,
                    access_pages, docs_pages, health):
         app.include_router(module.router, responses=error_responses(*documented.get(module, ())))

@@ -3,7 +3,9 @@
 - ``GET /evaluate``: verify a Leaderboard API key; once verified, the key's bound versions, the form that
   starts a job (version, run label, mode, the full-run checklist) and the key's jobs.
 - ``POST /evaluate/key`` / ``POST /evaluate/forget``: start or end the page session
-  (:mod:`aml_ray.serve_app.page_session`: a signed cookie with the key id, never the key).
+  (:mod:`aml_ray.serve_app.page_session`: a signed cookie with the key id, never the key). A job page
+  opened without a session sends the browser to ``/evaluate?job=<id>``, whose form carries the id so
+  that the verified key lands on that job's page (only a job id, never a URL: no open redirect).
 - ``POST /evaluate/jobs``: the same rules as ``POST /api/jobs`` (it calls that route's function).
 - ``GET /evaluate/jobs/{job_id}``: live status (stage, progress with done and failed counts, error
   summary) and, once scored, the private per-category table; ``/live`` is the fragment the page's
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 
@@ -27,7 +29,7 @@ from aml_ray.serve_app.page_session import (KEY_COOKIE, KEY_PATH, end_session, s
                                             start_key_session)
 from aml_ray.serve_app.routes.jobs import job_out, submit_job
 from aml_ray.serve_app.routes.keys import version_out
-from aml_ray.serve_app.routes.pages import JOB_ID
+from aml_ray.serve_app.routes.pages import JOB_ID, JOB_ID_PATTERN
 from aml_ray.serve_app.schemas import JobIn
 from aml_ray.serve_app.templating import render
 from aml_ray.store.errors import NotFound
@@ -48,6 +50,8 @@ CHECKLIST_ITEMS = (
 )
 #: Seconds between two polls of a running job (the script reads it from the page).
 POLL_INTERVAL_S = 1.5
+#: The job whose page the key verification leads to (``?job=`` of ``/evaluate``, ``job`` of its form).
+ReturnJob = Annotated[str | None, Query(max_length=64, pattern=JOB_ID_PATTERN)]
 
 
 def _session_key(request: Request, service, session) -> LeaderboardKey | None:
@@ -57,9 +61,9 @@ def _session_key(request: Request, service, session) -> LeaderboardKey | None:
 
 
 def _evaluate_page(request, session, key, *, form: dict[str, Any] | None = None, messages=(), status_code=200,
-                   verify_error: str | None = None) -> HTMLResponse:
+                   verify_error: str | None = None, return_job: str | None = None) -> HTMLResponse:
     context: dict[str, Any] = {"key": key, "verify_error": verify_error, "messages": list(messages),
-                               "checklist_items": CHECKLIST_ITEMS, "form": form or {}}
+                               "checklist_items": CHECKLIST_ITEMS, "form": form or {}, "return_job": return_job}
     if key is not None:
         context["versions"] = [version_out(v) for v in versions_for_key(session, key.id)]
         context["jobs"] = [job_out(j) for j in jobs_for_key(session, key.id)]
@@ -67,20 +71,26 @@ def _evaluate_page(request, session, key, *, form: dict[str, Any] | None = None,
 
 
 @router.get("/evaluate", response_class=HTMLResponse)
-def evaluate_page(request: Request, session: SessionDep, service: ServiceDep) -> HTMLResponse:
-    """The Evaluation page: verify a key, or (verified) start a job and list the key's jobs."""
-    return _evaluate_page(request, session, _session_key(request, service, session))
+def evaluate_page(request: Request, session: SessionDep, service: ServiceDep, job: ReturnJob = None) -> Response:
+    """The Evaluation page: verify a key, or (verified) start a job and list the key's jobs; a verified
+    session with ``job`` goes on to that job's page."""
+    key = _session_key(request, service, session)
+    if key is not None and job:
+        return RedirectResponse(f"/evaluate/jobs/{job}", status_code=303)
+    return _evaluate_page(request, session, key, return_job=job)
 
 
 @router.post("/evaluate/key", response_class=HTMLResponse)
 def verify_key(request: Request, session: SessionDep, service: ServiceDep,
-               key: Annotated[str, Form(max_length=200)] = "") -> Response:
-    """Verify a Leaderboard API key; on success the page session starts (303 to ``/evaluate``)."""
+               key: Annotated[str, Form(max_length=200)] = "",
+               job: Annotated[str | None, Form(max_length=64, pattern=JOB_ID_PATTERN)] = None) -> Response:
+    """Verify a Leaderboard API key; on success the page session starts (303 to ``/evaluate``, or to the
+    page of ``job`` when the form came from one)."""
     row = find_key(session, key.strip()) if key.strip() else None
     if row is None:  # the typed value is never echoed back
-        return _evaluate_page(request, session, None, status_code=401,
+        return _evaluate_page(request, session, None, status_code=401, return_job=job,
                               verify_error="That Leaderboard API key is not valid (unknown or revoked).")
-    response = RedirectResponse("/evaluate", status_code=303)
+    response = RedirectResponse(f"/evaluate/jobs/{job}" if job else "/evaluate", status_code=303)
     start_key_session(response, request, service, row)
     return response
 
@@ -146,10 +156,11 @@ def _job_context(session, key: LeaderboardKey, job_id: str) -> dict[str, Any]:
 
 @router.get("/evaluate/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(request: Request, job_id: Annotated[str, JOB_ID], session: SessionDep, service: ServiceDep) -> Response:
-    """A job of the page session's key: live status, then the private result table."""
+    """A job of the page session's key: live status, then the private result table (without a page session:
+    303 to the key verification, which comes back here)."""
     key = _session_key(request, service, session)
     if key is None:
-        return RedirectResponse("/evaluate", status_code=303)
+        return RedirectResponse(f"/evaluate?job={job_id}", status_code=303)
     try:
         context = _job_context(session, key, job_id)
     except NotFound as exc:

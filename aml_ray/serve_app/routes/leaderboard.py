@@ -10,22 +10,20 @@ system, ``order`` asc | desc.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
-from fastapi.templating import Jinja2Templates
 
 from aml_ray.serve_app.deps import SessionDep
 from aml_ray.serve_app.panel_spread import job_panel
 from aml_ray.serve_app.schemas import Division, LeaderboardOut, LeaderboardRow, Track
 from aml_ray.serve_app.settings import board_datasets, dataset_titles
+from aml_ray.serve_app.templating import render
 from aml_ray.store.models import Job
 from aml_ray.store.results import TRACKS, leaderboard
 
 router = APIRouter(tags=["leaderboard"])
-templates = Jinja2Templates(directory=str(Path(__file__).resolve().parents[1] / "templates"))
 Sort = Literal["overall", "coverage", "published_at", "system"]
 CODING_DATASET = "cambench"
 #: What Overall is on each track's board (shown above the table).
@@ -98,14 +96,15 @@ def leaderboard_page(request: Request, track: Track, session: SessionDep,
                      division: Division | Literal[""] | None = None,
                      dataset: Annotated[str | None, Query(max_length=64)] = None, sort: Sort | None = None,
                      order: Literal["asc", "desc"] = "desc") -> HTMLResponse:
-    """The public leaderboard page: Overall, per-dataset columns with score bars, filters and sorting.
+    """The public leaderboard page: Overall, per-dataset columns with score bars, filters and sorting, on the
+    site's layout with its headers (:data:`~aml_ray.serve_app.templating.PAGE_HEADERS`).
 
     An empty ``division`` or ``dataset`` (the filter form's "All") means no filter.
     """
     division, dataset = division or None, dataset or None
     data = board(session, track, division, dataset, sort, order)
     all_datasets = sorted(set(board_datasets(track)) | set(data.datasets))
-    return templates.TemplateResponse(request, "leaderboard.html", {
+    return render(request, "leaderboard.html", {
         "board": data, "tracks": TRACKS, "track": track, "division": division, "dataset": dataset,
         "headline": HEADLINES.get(track, ""),
         "sort": sort or "overall", "order": order, "all_datasets": all_datasets,

@@ -1,10 +1,12 @@
 """The per-question drill-down of a finished job, for the key that started it (server-rendered pages).
 
 - ``GET /evaluate/jobs/{job_id}/datasets/{bundle}``: the bundle's questions (category, status, verdict,
-  score), filtered by ``show`` (``all``, ``wrong``: scored below full credit, ``errors``: a Search, answer
-  or judge error) and ``category``.
+  score, evidence recall@:data:`LIST_K`), filtered by ``show`` (``all``, ``wrong``: scored below full
+  credit, ``errors``: a Search, answer or judge error) and ``category``.
 - ``GET /evaluate/jobs/{job_id}/datasets/{bundle}/questions/{question_id}``: one question: the memories
-  Search returned (rank, content, score), the answer, the gold, the judge's verdict and reply.
+  Search returned (rank, content, score), the answer, the gold, the judge's verdict and reply, and its
+  evidence recall (recall@K by the fuzzy and the exact rule, the first rank that covers its evidence;
+  :mod:`aml_ray.serve_app.question_recall`), or why it has none.
 
 The pages read the job's own evidence (:func:`aml_ray.run.evidence.read_questions`) under its run
 directory, for bundles that ran only (names taken from ``Job.bundles``, never from the path as given).
@@ -21,6 +23,7 @@ from fastapi import APIRouter, Path as PathParam, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from aml_ray.serve_app.deps import ServiceDep, SessionDep
+from aml_ray.serve_app.question_recall import BundleRecall, recall_ks
 from aml_ray.serve_app.routes.evaluate_pages import _session_key, category_label
 from aml_ray.serve_app.routes.pages import JOB_ID
 from aml_ray.serve_app.templating import render
@@ -37,6 +40,8 @@ QUESTION_COLUMNS = LIST_COLUMNS + ("gold", "answer", "memories", "judge_raw", "s
                                    "judge_error")
 #: Statuses that are errors (:mod:`aml_ray.run.outcome`).
 ERROR_STATUSES = ("search_error", "answer_error", "judge_error")
+#: The K of the recall@K the question list shows (a question's page shows every K of the run).
+LIST_K = 10
 BUNDLE = PathParam(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
 
 
@@ -97,20 +102,25 @@ def questions_page(request: Request, job_id: Annotated[str, JOB_ID], bundle: Ann
         if isinstance(job, Response):
             return job
         rows = _rows(job, bundle, LIST_COLUMNS)
+        recall = BundleRecall.read(_bundle_dir(job, bundle))
     except NotFound as exc:
         return render(request, "job_questions.html", {"refused": exc.reason}, status_code=404)
+    for r in rows:
+        r["recall"] = recall.of(r["question_id"])[0]
     categories = sorted({str(r["category"]) for r in rows})
     shown = [r for r in rows if keep(r, show, category)]
     return render(request, "job_questions.html", {
         "job": job, "bundle": bundle, "rows": shown, "total": len(rows), "show": show, "category": category or "",
-        "categories": [(c, category_label(bundle, c)) for c in categories]})
+        "categories": [(c, category_label(bundle, c)) for c in categories], "list_k": LIST_K,
+        "recall_note": recall.note})
 
 
 @router.get("/evaluate/jobs/{job_id}/datasets/{bundle}/questions/{question_id}", response_class=HTMLResponse)
 def question_page(request: Request, job_id: Annotated[str, JOB_ID], bundle: Annotated[str, BUNDLE],
                   question_id: Annotated[str, PathParam(min_length=1, max_length=300)],
                   session: SessionDep, service: ServiceDep) -> Response:
-    """One question: memories (rank, content, score), answer, gold, verdict and the judge's reply (owner only)."""
+    """One question: memories (rank, content, score), answer, gold, verdict, the judge's reply and evidence
+    recall (owner only)."""
     try:
         job = _job(request, service, session, job_id)
         if isinstance(job, Response):
@@ -120,4 +130,6 @@ def question_page(request: Request, job_id: Annotated[str, JOB_ID], bundle: Anno
             raise NotFound(f"bundle {bundle} of job {job_id} has no question {question_id!r}")
     except NotFound as exc:
         return render(request, "job_questions.html", {"refused": exc.reason}, status_code=404)
-    return render(request, "job_question.html", {"job": job, "bundle": bundle, "q": row})
+    recall, note = BundleRecall.read(_bundle_dir(job, bundle)).of(question_id)
+    return render(request, "job_question.html", {"job": job, "bundle": bundle, "q": row, "recall": recall,
+                                                 "recall_note": note, "ks": recall_ks(recall or {})})
