@@ -411,6 +411,8 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         timings["pipeline_s"] = round(time.perf_counter() - t0, 3)
         stopping = None
         if started_ray and sys.exc_info()[0] is not None:  # the run stopped: Ray is down before the error goes up
+            if sys.exc_info()[0] is KeyboardInterrupt:  # said first: nothing after Ray's shutdown can lose it
+                mark_interrupted(run_dir, cfg.run_id, wall_s=round(time.time() - command_t0, 3))
             _shutdown_timed(timings)
         elif started_ray:
             stopping = _shutdown_beside(timings)

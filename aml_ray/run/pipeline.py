@@ -409,7 +409,7 @@ def run_pipeline(
                 if snapshot is None:  # the tracker's actor is gone: the run's own error says why
                     return
                 on_progress(snapshot)
-        poller = threading.Thread(target=poll, daemon=True)
+        poller = threading.Thread(target=poll, name="aml-ray-progress", daemon=True)
         poller.start()
     buffered = BufferedQuestionWriter(writer)
     try:
@@ -448,6 +448,11 @@ def run_pipeline(
             for actor in (tracker if progress_here is None else None, ingest_actor):
                 if actor is not None:
                     ray.kill(actor, no_restart=True)
+            if poller is not None:
+                # never left inside a Ray call: a thread that calls into Ray after ray.shutdown() ends the whole
+                # process at once with status 1 (Ray's core worker exits), before run.json says how the run
+                # ended; its call returns within _snapshot's timeout, at once once the actor is killed
+                poller.join()
     with interrupts.deferred():
         finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence
         return read_questions(run_dir, columns=SUMMARY_COLUMNS)
