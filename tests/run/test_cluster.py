@@ -1,5 +1,5 @@
-"""The warm cluster (aml_ray.run.cluster, ``aml-ray cluster up|down``): ``aml-ray run`` joins it and leaves it
-up, ``RAY_AUTH_MODE`` reaches only a cluster a process starts, a stale record is ignored, and ``down`` leaves no
+"""The warm cluster (aml_ray.run.cluster, ``aml-ray cluster up|down``): ``up`` starts the client registry for
+as long as the cluster is up, ``aml-ray run`` joins it and leaves it up, ``RAY_AUTH_MODE`` reaches only a cluster a process starts, a stale record is ignored, and ``down`` leaves no
 process of it. A real ``ray start --head --block`` in a temp dir of its own (never ``ray stop``)."""
 
 from __future__ import annotations
@@ -54,6 +54,21 @@ def test_up_again_finds_the_cluster_already_up(warm):
     status = subprocess.run([AML_RAY, "cluster", "status"], capture_output=True, text=True, timeout=120,
                             env=_env(warm.temp_dir))
     assert status.returncode == 0 and warm.address in status.stdout
+
+
+def test_up_starts_the_client_registry_for_as_long_as_the_cluster_is_up(warm):
+    """Before any run, the cluster's client registry is alive and never exits idle: a run on the cluster does
+    not wait for the registry's worker process to start."""
+    code = ("import json, ray\n"
+            "from aml_ray.actors.shared import NAMESPACE, REGISTRY_NAME\n"
+            "ray.init()\n"
+            "registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)\n"
+            "print(json.dumps(ray.get(registry.describe.remote(), timeout=60)))\n")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                           env={**_env(warm.temp_dir), "RAY_ADDRESS": warm.address})
+    assert found.returncode == 0, found.stderr[-2000:]
+    registry = json.loads(found.stdout.strip().splitlines()[-1])
+    assert registry["idle_exit_s"] is None and len(registry["token"]) == 8
 
 
 def test_aml_ray_run_joins_the_warm_cluster_and_leaves_it_up(warm, tmp_path, locomo_file):
