@@ -360,11 +360,11 @@ def run_pipeline(
     # the tracker keeps counts and the first failure: an actor on the driver's node (it survives a worker
     # node's loss), or in a private cluster's single stage the Ingest actor itself (aml_ray.run.progress)
     progress_here = {"head_start": head_start is not None} if private_cluster and single else None
-    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
-        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
-    # released in the finally below, and the last job out closes the actor.
+    # released in the finally below, and the last job out closes the actor. The participant's lease comes
+    # first: on a joined cluster it grants the head start, which then sends at once, not after the tracker's
+    # actor creation (the driver's first, which exports the class).
     job = job_key or uuid.uuid4().hex
     ask = head_start is not None and not private_cluster and not head_start.released
     leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster,
@@ -374,6 +374,8 @@ def run_pipeline(
         head_start.release()
     elif ask:
         head_start.stop("not granted: another job holds the participant version's client")
+    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
+        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
     answer_client = judge_client = None
     if not answer.offline and not retrieval_only:
         leases.append(acquire_model_client(answer, job, private=private_cluster))
