@@ -1,7 +1,8 @@
 """``aml-ray cluster``: keep a local Ray cluster warm for ``aml-ray run`` (:mod:`aml_ray.run.cluster`).
 
-- ``aml-ray cluster up [--num-cpus N]``: start it (``ray start --head --block`` with aml-ray's settings) in
-  ``$RAY_TMPDIR`` (default ``<system temp>/aml-ray``), unless it is up already; prints its address.
+- ``aml-ray cluster up [--num-cpus N]``: start it (``ray start --head --block`` with aml-ray's settings, and
+  the client registry its runs share, kept while it is up) in ``$RAY_TMPDIR`` (default
+  ``<system temp>/aml-ray``), unless it is up already; prints its address.
 - ``aml-ray cluster status``: its address and CPUs, or that none is up (exit 1).
 - ``aml-ray cluster down``: stop it (never ``ray stop``, which stops every Ray cluster on the machine).
 

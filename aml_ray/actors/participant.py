@@ -178,6 +178,10 @@ class ParticipantClient:
             each endpoint sends no probe of its own (:meth:`AdaptiveLimit.seed`), and the limit starts at
             2, the step slow start takes after its first window at 1 (which measures just these latencies).
             None: the limit starts at 1 and each endpoint's first request goes alone.
+        held_back: in-flight slots kept from the start for another client's requests, as :meth:`hold_back`
+            keeps them: the shared client of a joined cluster whose first Adds a driver's head start sends
+            (:mod:`aml_ray.actors.shared`, the head-start grant) is made holding all of them, so no other
+            job's request goes until that head start's handover (:meth:`hold_back`, :meth:`give_back`).
 
     Each method returns an outcome dict for evidence; a :class:`ContractError` or
     :class:`ParticipantError` is raised (and stops the stage), carrying the outcome of the request it
@@ -186,7 +190,7 @@ class ParticipantClient:
     """
 
     def __init__(self, spec: ParticipantSpec, *, in_actor: bool = False,
-                 lone_latencies: dict[str, float] | None = None):
+                 lone_latencies: dict[str, float] | None = None, held_back: int = 0):
         if in_actor:  # the Ray actor (spawn_participant_client): it times the participant's calls
             tune_actor_process()
             use_arrow_ipc_serialization()  # search_table's columns cross the object store as one IPC stream
@@ -199,7 +203,7 @@ class ParticipantClient:
         self.limit = AdaptiveLimit(spec.max_in_flight, enabled=spec.adaptive_concurrency,
                                    initial=2 if lone_latencies else 1)
         self._parked: dict[int, asyncio.Future] = {}
-        self._held_back = 0  # slots kept for another client's requests in flight (hold_back)
+        self._held_back = max(0, held_back)  # slots kept for another client's requests in flight (hold_back)
         # lone replies (AdaptiveLimit.record's ``alone``): requests in flight now, requests sent so far, and
         # the probe out now (an endpoint's first request sent alone: AdaptiveLimit.wants_probe), done when
         # its reply is back; _drained is done when nothing is in flight (awaited by a probe's sender)
@@ -893,7 +897,8 @@ class _BatchReply:
         self.batch.finished.cancel()
 
 
-def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, namespace: str | None = None):
+def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, namespace: str | None = None,
+                             held_back: int = 0):
     """Start the ``ParticipantClient`` Ray actor for one participant version.
 
     Args:
@@ -901,6 +906,8 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, 
         name: optional actor name (the client registry names the clients it shares,
             :mod:`aml_ray.actors.shared`).
         namespace: the Ray namespace of ``name`` (default: the caller's).
+        held_back: in-flight slots the client keeps from its start for another client's requests
+            (:class:`ParticipantClient`'s ``held_back``); 0: none.
 
     Returns:
         The actor handle; call ``add_sample.remote`` / ``search_batch.remote`` / ``aclose.remote``.
@@ -915,4 +922,4 @@ def spawn_participant_client(spec: ParticipantSpec, *, name: str | None = None, 
                                "scheduling_strategy": on_this_node()}
     if name:
         options.update(name=name, namespace=namespace, get_if_exists=True)
-    return ray.remote(ParticipantClient).options(**options).remote(spec, in_actor=True)
+    return ray.remote(ParticipantClient).options(**options).remote(spec, in_actor=True, held_back=held_back)

@@ -23,8 +23,17 @@ go round-robin across jobs (:mod:`aml_ray.actors.fair`).
   (default :data:`LEASE_S`) and a thread of the holding process renews it every third of that: a job
   actor that dies (node lost, process killed) stops renewing, its leases expire, and the client is
   closed once no live lease holds it. The clients are owned by the registry (they die with it: a lost
-  registry loses its clients, whose jobs then fail and are resumed by the queue); the registry itself
-  exits after :data:`REGISTRY_IDLE_S` seconds with no client, and the next acquire starts a new one.
+  registry loses its clients, whose jobs then fail and are resumed by the queue). A registry started by
+  a run exits after :data:`REGISTRY_IDLE_S` seconds with no client, and the next acquire starts a new one;
+  the one ``aml-ray cluster up`` starts (:func:`start_registry`, ``idle_exit_s=None``) stays while the
+  cluster is up, so a run on it does not wait for the registry's worker process to start.
+- head start (:mod:`aml_ray.run.head_start`): a job that asks for it (``head_start=True``) is granted it
+  when its lease starts the version's client, i.e. no other job holds that client. The client actor is then
+  made holding back all of its in-flight slots (:class:`~aml_ray.actors.participant.ParticipantClient`'s
+  ``held_back``), and the job's driver sends its first Adds with a client of its own while the actors
+  start; its handover gives the slots back (:meth:`~aml_ray.actors.participant.ParticipantClient.hold_back`),
+  and the end of its lease gives back any it left held. Another job that leases the same client
+  meanwhile queues behind those slots, so the declared in-flight limit holds across both jobs.
 - private: a driver that started its own local cluster (``aml-ray run`` without
   ``RAY_ADDRESS``) has nobody to share with; ``private=True`` spawns the client in that process without
   the registry (one actor process less to start before the first Add), and its lease's release closes
@@ -103,14 +112,14 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text)[:64]
 
 
-def _spawn(kind: str, config: Any, name: str):
+def _spawn(kind: str, config: Any, name: str, held_back: int = 0):
     if kind == "model":
         from aml_ray.actors.model import spawn_model_client
 
         return spawn_model_client(config, name=name, namespace=NAMESPACE)
     from aml_ray.actors.participant import spawn_participant_client
 
-    return spawn_participant_client(config, name=name, namespace=NAMESPACE)
+    return spawn_participant_client(config, name=name, namespace=NAMESPACE, held_back=held_back)
 
 
 @dataclass
@@ -119,6 +128,7 @@ class _Entry:
     config: Any  # the full spec or endpoint, secret included: compared by value, never printed
     handle: Any
     leases: dict[str, str] = field(default_factory=dict)  # lease id -> job
+    head_start: str | None = None  # the lease granted the head start (its client was made holding its slots)
 
 
 @dataclass
@@ -134,35 +144,52 @@ class ClientRegistry:
 
     An asyncio actor: its methods interleave only at ``await``, and acquire and release change the table
     before their first ``await``, so a closing client is never handed out.
+
+    Args:
+        idle_exit_s: seconds with no client after which it exits (the next acquire starts a new one);
+            None: it never exits idle (the registry of ``aml-ray cluster up``, :func:`start_registry`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, idle_exit_s: float | None = REGISTRY_IDLE_S) -> None:
         self.token = secrets.token_hex(4)  # a restarted registry never reuses a name
+        self.idle_exit_s = idle_exit_s
         self._generation = itertools.count(1)
         self._entries: dict[tuple[str, str], list[_Entry]] = {}  # (kind, identity) -> live clients
         self._leases: dict[str, _Held] = {}
         self._sweeper: asyncio.Task | None = None
         self._idle_since = time.monotonic()
 
+    def describe(self) -> dict[str, Any]:
+        """``{"token": this registry's name token, "idle_exit_s": as constructed (None: never exits idle)}``."""
+        return {"token": self.token, "idle_exit_s": self.idle_exit_s}
+
     async def acquire(self, kind: str, identity: str, config: Any, job: str, lease_id: str,
-                      lease_s: float) -> tuple[str, Any]:
+                      lease_s: float, head_start: bool = False) -> tuple[str, Any, bool]:
         """Lease the client of ``(kind, identity)`` whose configuration equals ``config`` (started if none).
 
+        Args:
+            head_start: the job asks for the head start (the module docstring): granted when this lease
+                starts a participant client, which is then made holding back all its in-flight slots.
+
         Returns:
-            ``(actor name, actor handle)``.
+            ``(actor name, actor handle, whether the head start is granted)``.
         """
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         key = (kind, identity)
         entries = self._entries.setdefault(key, [])
         entry = next((e for e in entries if e.config == config), None)
+        granted = False
         if entry is None:
+            granted = head_start and kind == "participant"
             name = f"aml-{kind}-{_safe(identity)}-{self.token}-{next(self._generation)}"
-            entry = _Entry(name=name, config=config, handle=_spawn(kind, config, name))
+            held = config.max_in_flight if granted else 0
+            entry = _Entry(name=name, config=config, handle=_spawn(kind, config, name, held_back=held),
+                           head_start=lease_id if granted else None)
             entries.append(entry)
         entry.leases[lease_id] = job
         self._leases[lease_id] = _Held(key, entry.name, lease_s, time.monotonic() + lease_s)
-        return entry.name, entry.handle
+        return entry.name, entry.handle, granted
 
     def renew(self, lease_ids: list[str]) -> list[str]:
         """Extend the given leases by their ``lease_s``; returns the ids it does not hold (expired, released)."""
@@ -186,6 +213,9 @@ class ClientRegistry:
             return False
         entry.leases.pop(lease_id, None)
         if entry.leases:
+            if entry.head_start == lease_id:  # its head start's job ended: no slot stays held for it
+                entry.head_start = None
+                entry.handle.give_back.remote(entry.config.max_in_flight)
             return False
         entries.remove(entry)
         if not entries:
@@ -210,7 +240,7 @@ class ClientRegistry:
                 job = next((e.leases.get(lease_id) for e in self._entries.get(held.key, []) if e.name == held.name), "?")
                 log.warning("lease of job %s on %s expired (its process stopped renewing it)", job, held.name)
                 await self.release(lease_id)
-            if not self._entries and now - self._idle_since > REGISTRY_IDLE_S:
+            if not self._entries and self.idle_exit_s is not None and now - self._idle_since > self.idle_exit_s:
                 ray.kill(ray.get_runtime_context().current_actor)  # no client for a while: the next acquire restarts one
 
 
@@ -230,8 +260,12 @@ async def _close(handle, timeout_s: float) -> None:
 _registry_class = None  # ray.remote(ClientRegistry), made once per process
 
 
-def registry():
-    """The cluster's :class:`ClientRegistry` actor handle, started (detached, on the head node) if none runs."""
+def registry(idle_exit_s: float | None = REGISTRY_IDLE_S):
+    """The cluster's :class:`ClientRegistry` actor handle, started (detached, on the head node) if none runs.
+
+    Args:
+        idle_exit_s: the ``idle_exit_s`` of a registry this call starts; one already running keeps its own.
+    """
     import ray
 
     global _registry_class
@@ -240,7 +274,23 @@ def registry():
     return _registry_class.options(
         name=REGISTRY_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0,
         max_restarts=-1, max_concurrency=1000, resources={"node:__internal_head__": 0.001},
-        scheduling_strategy="DEFAULT").remote()
+        scheduling_strategy="DEFAULT").remote(idle_exit_s)
+
+
+def start_registry(*, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Start the cluster's registry for good (``idle_exit_s=None``) and wait until it answers; Ray must be
+    initialised. ``aml-ray cluster up`` runs it once (:func:`aml_ray.run.cluster.up`), so no run on the cluster
+    waits for the registry's start. A registry already running is left as it is.
+
+    Returns:
+        The running registry's :meth:`ClientRegistry.describe`.
+
+    Raises:
+        ray.exceptions.GetTimeoutError: it did not answer within ``timeout_s``.
+    """
+    import ray
+
+    return ray.get(registry(None).describe.remote(), timeout=timeout_s)
 
 
 def _call(method: str, *args, timeout_s: float = 60.0, tries: int = 5):
@@ -283,6 +333,7 @@ class Lease:
     lease_id: str
     lease_s: float = LEASE_S
     private: bool = False  # spawned by this process without the registry (_acquire's ``private``)
+    head_start: bool = False  # the registry granted this job the head start (the module docstring)
     _released: bool = False
 
     def release(self, *, close_timeout_s: float = 10.0) -> bool:
@@ -334,7 +385,8 @@ def _renew_loop() -> None:
                 log.warning("lease of job %s on %s had expired (not renewed in time)", lease.job, lease.name)
 
 
-def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float, private: bool = False) -> Lease:
+def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float, private: bool = False,
+             head_start: bool = False) -> Lease:
     """A lease from the registry; or, ``private``, a client actor spawned here and held by this lease alone.
 
     Private is for a driver that started its own local cluster (:func:`aml_ray.run.ray_runtime.init_ray`
@@ -347,8 +399,8 @@ def _acquire(kind: str, identity: str, config: Any, job: str, lease_s: float, pr
         name = f"aml-{kind}-{_safe(identity)}-private-{lease_id}"
         return Lease(name=name, handle=_spawn(kind, config, name), job=job, lease_id=lease_id, lease_s=lease_s,
                      private=True)
-    name, handle = _call("acquire", kind, identity, config, job, lease_id, lease_s)
-    lease = Lease(name=name, handle=handle, job=job, lease_id=lease_id, lease_s=lease_s)
+    name, handle, granted = _call("acquire", kind, identity, config, job, lease_id, lease_s, head_start)
+    lease = Lease(name=name, handle=handle, job=job, lease_id=lease_id, lease_s=lease_s, head_start=granted)
     with _lock:
         _held[lease_id] = lease
         if _renewer is None:
@@ -378,7 +430,7 @@ def acquire_model_client(endpoint: ModelEndpoint, job: str, *, lease_s: float = 
 
 
 def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: str | None = None,
-                               lease_s: float = LEASE_S, private: bool = False) -> Lease:
+                               lease_s: float = LEASE_S, private: bool = False, head_start: bool = False) -> Lease:
     """The cluster's shared ``ParticipantClient`` actor for a participant version, leased to ``job``.
 
     Jobs of the same version share its declared capacity (max in-flight, requests/s); different
@@ -391,11 +443,15 @@ def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: 
         version_key: a non-secret key naming the version (e.g. ``"version-<id>"``); default
             :func:`participant_version_key`. Jobs with the same key *and* an equal spec share a client.
         lease_s, private: as :func:`acquire_model_client`.
+        head_start: ask for the head start (the module docstring; not with ``private``, whose client is
+            this job's alone): ``lease.head_start`` says whether it is granted, and when it is, the client
+            holds back all its slots until this job's handover calls its ``hold_back``, or the lease ends.
 
     Returns:
         A :class:`Lease` whose handle the stages call.
     """
-    return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s, private)
+    return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s, private,
+                    head_start and not private)
 
 
 def live_leases() -> dict[str, dict[str, int]]:

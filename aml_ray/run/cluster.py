@@ -2,8 +2,10 @@
 
 ``up`` runs ``ray start --head --block`` in a session of its own with the settings of a cluster aml-ray
 starts (:data:`aml_ray.run.ray_runtime.QUIET_ENV`, :data:`aml_ray.run._ray_internals.SYSTEM_CONFIG`, no
-dashboard, bound to 127.0.0.1) and records its address and process in ``<temp dir>/aml-ray-cluster.json``
-(:func:`state_file`). :func:`running_address` reads that file back for
+dashboard, bound to 127.0.0.1), starts the cluster's client registry for as long as the cluster is up
+(:func:`aml_ray.actors.shared.start_registry`: a run on the cluster then does not wait for its worker
+process to start before its first Add), and records its address and process in
+``<temp dir>/aml-ray-cluster.json`` (:func:`state_file`). :func:`running_address` reads that file back for
 :func:`aml_ray.run.ray_runtime.cluster_address`: the recorded process still runs and the GCS port accepts a
 connection, else there is no warm cluster (a stale file is ignored). ``down`` sends that process SIGTERM,
 on which ``ray start --block`` stops every process of its node, and removes the file; never ``ray stop``,
@@ -29,6 +31,13 @@ STATE_NAME = "aml-ray-cluster.json"
 STARTED_LINE = "Ray runtime started."
 #: Seconds a connection to the GCS port may take before the cluster counts as down.
 CONNECT_TIMEOUT_S = 0.5
+#: What ``up`` runs (``python -c``, the address as its argument) to start the new cluster's registry for good:
+#: a driver of its own, so the calling process never connects to Ray.
+START_REGISTRY = ("import logging, sys, ray\n"
+                  "from aml_ray.actors.shared import start_registry\n"
+                  "ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)\n"
+                  "print('client registry', start_registry(), flush=True)\n"
+                  "ray.shutdown()\n")
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,9 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
         ``(the cluster, True)`` when this call started it; ``(the one already up, False)`` otherwise.
 
     Raises:
-        RuntimeError: ``ray start`` exited or stayed silent for ``timeout_s``; the message holds the end of
-            its output (``<temp_dir>/aml-ray-cluster.log``), and what it started is stopped.
+        RuntimeError: ``ray start`` exited or stayed silent for ``timeout_s``, or the client registry did not
+            start within what is left of it; the message holds the end of their output
+            (``<temp_dir>/aml-ray-cluster.log``), and what it started is stopped.
     """
     import psutil
 
@@ -133,6 +143,17 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
             raise RuntimeError(f"ray start did not start the cluster (exit {proc.poll()}); its output "
                                f"({log}):\n{tail}")
         time.sleep(0.1)
+    with open(log, "a") as out:
+        try:
+            started = subprocess.run([sys.executable, "-c", START_REGISTRY, cluster.address], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                     timeout=max(1.0, deadline - time.monotonic())).returncode == 0
+        except subprocess.TimeoutExpired:
+            started = False
+    if not started:
+        _stop(proc.pid, timeout_s=30)
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the cluster's client registry did not start; the output ({log}):\n{tail}")
     state_file(temp_dir).write_text(json.dumps(asdict(cluster)))
     return cluster, True
 

@@ -84,10 +84,12 @@ class EvaluationConfig:
             None derives it from the spec's non-secret fields. Never put a secret in it: it names an actor.
         head_start: send the first Adds from this process while the pipeline's actors start
             (:mod:`aml_ray.run.head_start`), with a client of its own holding the version's
-            declared limits. Only where no other job sends to this participant version meanwhile: None
-            (default) turns it on when the run starts its own local cluster (nobody else can reach it);
-            the service sets True, since it admits one active job per version
-            (:func:`aml_ray.store.jobs.create_job`), and the Ingest stage takes over before its first request.
+            declared limits, until the Ingest stage takes over before its first request. None (default):
+            on a local cluster the run starts itself (nobody else can reach it), and on a joined cluster
+            when the client registry grants it (the run's lease starts the version's shared client, which
+            then holds its slots until the handover: :mod:`aml_ray.actors.shared`). True: at once on any
+            cluster, without asking (the service, which admits one active job per version:
+            :func:`aml_ray.store.jobs.create_job`). False: never.
     """
 
     dataset: str
@@ -340,9 +342,10 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
 
     Its start, in order: the run's preparation in this thread (:func:`_prepare`: dataset, inputs, prompts,
     run.json), while the pre-flight's round trips go on in theirs; then Ray, started or joined in this
-    thread; then the pre-flight's result; then, on a cluster of its own, the head start, which sends the
-    first Adds while the pipeline's actors start. No thread of this process sends or reads samples while
-    ``ray.init`` runs, so a Ctrl-C there is an ordinary ``KeyboardInterrupt``.
+    thread; then the pre-flight's result; then the head start, which sends the first Adds while the
+    pipeline's actors start (on a joined cluster, once the client registry grants it). No thread of this
+    process sends or reads samples while ``ray.init`` runs, so a Ctrl-C there is an ordinary
+    ``KeyboardInterrupt``.
     """
     timings: dict[str, float] = {}
     t_prepare = time.perf_counter()
@@ -357,13 +360,17 @@ def _evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, in
         raise
     own_cluster = (started_ray or own_cluster) and started_here()  # nobody else can reach it: nothing to share
     info["ray_cluster"] = _cluster_of_run(own_cluster)
-    # the first Adds go from here while the pipeline's actors start (aml_ray.run.head_start)
+    # the first Adds go from here while the pipeline's actors start (aml_ray.run.head_start); on a joined
+    # cluster, once the registry grants it (run_pipeline releases it)
     head = HeadStart(samples_at_once=cfg.options.ingest_parallelism,
                      on_adds=(lambda n: on_progress("done", {"add": n})) if on_progress else None) \
-        if (own_cluster if cfg.head_start is None else cfg.head_start) else None
+        if cfg.head_start is not False else None
     if head is not None:
-        head.start(_with_media(cfg.participant, media), inputs, run_dir,
-                   lone_latencies=probed.result().lone_latencies())
+        lone = probed.result().lone_latencies()
+        if own_cluster or cfg.head_start:
+            head.start(_with_media(cfg.participant, media), inputs, run_dir, lone_latencies=lone)
+        else:
+            head.prepare(_with_media(cfg.participant, media), inputs, run_dir, lone_latencies=lone)
     if on_progress is not None:
         on_progress("totals", _progress_totals(cfg, inputs))
     from aml_ray.run.pipeline import run_pipeline  # after the Ray start, not beside it (the module docstring)

@@ -7,6 +7,14 @@ run's own :class:`~aml_ray.actors.participant.ParticipantClient` code (same auth
 contract checks) in a thread with its own event loop, and journals each finished Add in the sample's Add
 journal (:class:`aml_ray.run.evidence.AddJournal`), the same rows the Ingest stage writes.
 
+Where: on a cluster the run started itself (nobody else can reach it), and on a joined cluster once the
+client registry grants it (:mod:`aml_ray.actors.shared`, the head start): the run's lease started the
+version's shared client actor, which holds back all its in-flight slots until the handover, so another
+job's requests through it wait and the declared in-flight limit holds across jobs. There the driver
+prepares it once the pre-flight passed (:meth:`HeadStart.prepare`) and releases it when the grant comes
+(:meth:`HeadStart.release`, from :func:`aml_ray.run.pipeline.run_pipeline`), or stops it when another job
+holds that client.
+
 Handover: the Ingest actor, before it reads a sample's journal, asks the run's tracker to take it over
 (:meth:`aml_ray.run.progress.ProgressTracker.take_over`); the driver then stops the head start
 (:meth:`HeadStart.hand_over`: no new Add) and releases every sample it has no Add of out; each other sample
@@ -86,7 +94,14 @@ class HeadStart:
         self.ran_s: float | None = None
         self.stop_wait_s: float | None = None
 
-    def prepare(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir) -> HeadStart:
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` (or :meth:`start`) has been called."""
+        with self._lock:
+            return self._released
+
+    def prepare(self, spec: ParticipantSpec, inputs: PipelineInputs, run_dir: RunDir, *,
+                lone_latencies: dict[str, float] | None = None) -> HeadStart:
         """Start its daemon thread now, with nothing sent until :meth:`release`; returns ``self``.
 
         The thread makes the client and its connection pool, reads the first samples' files and checks
@@ -98,8 +113,10 @@ class HeadStart:
             spec: the participant version (with the run's media limits for a multimodal run).
             inputs: the run's inputs (:func:`aml_ray.run.inputs.build_inputs`).
             run_dir: the run directory (the Add journals).
+            lone_latencies: what :meth:`release` takes when it is given none (the pre-flight already passed).
         """
         self.spec, self.inputs, self.run_dir = spec, inputs, run_dir
+        self.lone_latencies = lone_latencies
         if self._stop.is_set() or self._thread is not None:
             return self
         self._t0 = time.perf_counter()
@@ -115,12 +132,14 @@ class HeadStart:
                 (:meth:`aml_ray.run.preflight.PreflightReport.lone_latencies`) for the client's in-flight limit: it starts at 2 instead of sending one Add at a time
                 until its first decision, so a stall of this process (the Ray start's imports hold the
                 interpreter for tens of milliseconds) finds the next Add already at the participant.
+                None: those given to :meth:`prepare`.
         """
         with self._lock:
             if self._released:
                 return
             self._released = True
-            self.lone_latencies = lone_latencies
+            if lone_latencies is not None:
+                self.lone_latencies = lone_latencies
             loop = self._loop
         if loop is not None:  # else its thread sees _released when its loop starts (_main)
             try:
@@ -135,9 +154,11 @@ class HeadStart:
         self.release(lone_latencies)
         return self
 
-    def stop(self) -> None:
+    def stop(self, reason: str | None = None) -> None:
         """Send no new Add and wait until the Adds in flight are journalled (the handover); a head start never
-        released ends without sending."""
+        released ends without sending, ``reason`` (if given) recorded as why it ended (:meth:`describe`)."""
+        if reason is not None and self.ended is None:
+            self.ended = reason
         self._stop.set()
         self._wake()
         if self._thread is None:

@@ -79,7 +79,7 @@ def error_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:MAX_CAUSE_CHARS]
 
 
-def _hand_over(tracker, client, head_start: HeadStart, stop: threading.Event) -> None:
+def _hand_over(tracker, client, head_start: HeadStart, stop: threading.Event, *, held_from_start: bool = False) -> None:
     """Hand ``head_start``'s samples over to the Ingest stage once it asks to take over, or once ``stop`` is
     set (the pipeline ended first) (:mod:`aml_ray.run.head_start`, the handover).
 
@@ -88,6 +88,10 @@ def _hand_over(tracker, client, head_start: HeadStart, stop: threading.Event) ->
     before anything is released), the other samples are released at once, and each of those is released,
     and its slot given back, as its Add returns (:meth:`aml_ray.run.progress.ProgressTracker.release`).
     Last, the head start's thread is joined and everything released.
+
+    ``held_from_start``: ``client`` is a joined cluster's shared client made holding all its slots for this
+    head start (:mod:`aml_ray.actors.shared`): ``hold_back`` is called whatever the head start has out,
+    which gives the others back.
     """
     import queue
 
@@ -100,8 +104,9 @@ def _hand_over(tracker, client, head_start: HeadStart, stop: threading.Event) ->
     adding, state = head_start.hand_over(ended.put)
     kept = set(adding)
     try:
-        if kept and state is not None:
-            ray.get(client.hold_back.remote(len(kept), state["lone_latencies"], state["limit"]), timeout=30)
+        if held_from_start or (kept and state is not None):
+            lone, limit = (state["lone_latencies"], state["limit"]) if state is not None else (None, None)
+            ray.get(client.hold_back.remote(len(kept), lone, limit), timeout=30)
         tracker.release.remote(sorted(kept))
         while kept:
             try:
@@ -327,9 +332,10 @@ def run_pipeline(
         private_cluster: this driver started its own local cluster (no other process can reach it): the
             client actors are spawned here, not through the cluster's registry actor (one worker start
             less before the first Add; :mod:`aml_ray.actors.shared`).
-        head_start: the driver's head start, sending Adds since before Ray started
-            (:mod:`aml_ray.run.head_start`): stopped when the Ingest stage asks to take over (or when the
-            pipeline ends first), so one client sends the participant's traffic at a time.
+        head_start: the driver's head start (:mod:`aml_ray.run.head_start`): stopped when the Ingest stage
+            asks to take over (or when the pipeline ends first), so one client sends the participant's
+            traffic at a time. One prepared but not released (a joined cluster) asks the client registry
+            for the head start with the participant's lease, and is released when granted, else stopped.
         on_rows: called with each output table of question rows as the driver receives it (the rows it
             writes as evidence, in that order), from this thread: it must return quickly
             (:class:`aml_ray.run.memory_checks.RunningChecks`).
@@ -354,14 +360,22 @@ def run_pipeline(
     # the tracker keeps counts and the first failure: an actor on the driver's node (it survives a worker
     # node's loss), or in a private cluster's single stage the Ingest actor itself (aml_ray.run.progress)
     progress_here = {"head_start": head_start is not None} if private_cluster and single else None
-    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
-        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
-    # released in the finally below, and the last job out closes the actor.
+    # released in the finally below, and the last job out closes the actor. The participant's lease comes
+    # first: on a joined cluster it grants the head start, which then sends at once, not after the tracker's
+    # actor creation (the driver's first, which exports the class).
     job = job_key or uuid.uuid4().hex
-    leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster)]
+    ask = head_start is not None and not private_cluster and not head_start.released
+    leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster,
+                                         head_start=ask)]
     client = leases[0].handle
+    if ask and leases[0].head_start:  # this job's lease started the shared client, holding its slots for it
+        head_start.release()
+    elif ask:
+        head_start.stop("not granted: another job holds the participant version's client")
+    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
+        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
     answer_client = judge_client = None
     if not answer.offline and not retrieval_only:
         leases.append(acquire_model_client(answer, job, private=private_cluster))
@@ -399,7 +413,8 @@ def run_pipeline(
     stop = threading.Event()
     handover = None
     if head_start is not None:
-        handover = threading.Thread(target=_hand_over, args=(tracker, client, head_start, stop), daemon=True)
+        handover = threading.Thread(target=_hand_over, args=(tracker, client, head_start, stop), daemon=True,
+                                    kwargs={"held_from_start": leases[0].head_start})
         handover.start()
     poller = None
     if on_progress is not None:

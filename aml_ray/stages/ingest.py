@@ -7,8 +7,8 @@ stage searched. Search is not a Ray Data operator of its own: a separate Search 
 question (a second copy of every row through the object store and an actor) and an actor start
 (measured: docs/benchmarks.md), on a path where the participant's latency should be the only cost.
 
-Head start (:mod:`aml_ray.run.head_start`): on a cluster of its own, the driver sends the first Adds while
-Ray starts; before its first sample this stage waits for them to be journalled
+Head start (:mod:`aml_ray.run.head_start`): the driver sends the first Adds while the pipeline's actors
+start; before its first sample this stage waits for them to be journalled
 (:meth:`aml_ray.run.progress.ProgressTracker.take_over`) and goes on from the journals.
 
 Resume: the sample's Add journal (``evidence/adds/<sample>.jsonl``) says which chunks already finished;

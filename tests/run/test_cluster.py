@@ -1,6 +1,6 @@
-"""The warm cluster (aml_ray.run.cluster, ``aml-ray cluster up|down``): ``aml-ray run`` joins it and leaves it
-up, ``RAY_AUTH_MODE`` reaches only a cluster a process starts, a stale record is ignored, and ``down`` leaves no
-process of it. A real ``ray start --head --block`` in a temp dir of its own (never ``ray stop``)."""
+"""The warm cluster (aml_ray.run.cluster, ``aml-ray cluster up|down``): ``up`` starts the client registry for
+as long as the cluster is up, ``aml-ray run`` joins it and leaves it up, ``RAY_AUTH_MODE`` reaches only a
+cluster a process starts, a stale record is ignored, and ``down`` leaves no process of it. A real ``ray start --head --block`` in a temp dir of its own (never ``ray stop``)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ def _env(temp_dir: str) -> dict[str, str]:
     """The environment of a command run beside the warm cluster: its temp dir, no address, no auth setting."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     return {**env, "RAY_TMPDIR": temp_dir, "ANSWER_API_BASE": "", "JUDGE_API_BASE": ""}
+
+
+def _joined(warm: cluster.WarmCluster, code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` joined to ``warm`` through ``RAY_ADDRESS``; its output captured."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**_env(warm.temp_dir), "RAY_ADDRESS": warm.address})
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +62,20 @@ def test_up_again_finds_the_cluster_already_up(warm):
     assert status.returncode == 0 and warm.address in status.stdout
 
 
+def test_up_starts_the_client_registry_for_as_long_as_the_cluster_is_up(warm):
+    """Before any run, the cluster's client registry is alive and never exits idle: a run on the cluster does
+    not wait for the registry's worker process to start."""
+    code = ("import json, ray\n"
+            "from aml_ray.actors.shared import NAMESPACE, REGISTRY_NAME\n"
+            "ray.init()\n"
+            "registry = ray.get_actor(REGISTRY_NAME, namespace=NAMESPACE)\n"
+            "print(json.dumps(ray.get(registry.describe.remote(), timeout=60)))\n")
+    found = _joined(warm, code)
+    assert found.returncode == 0, found.stderr[-2000:]
+    registry = json.loads(found.stdout.strip().splitlines()[-1])
+    assert registry["idle_exit_s"] is None and len(registry["token"]) == 8
+
+
 def test_aml_ray_run_joins_the_warm_cluster_and_leaves_it_up(warm, tmp_path, locomo_file):
     out = tmp_path / "run"
     with ServerProcess("participant", "--latency-ms", "1", "--add-latency-ms", "1", "--capacity", "64") as server:
@@ -78,8 +98,7 @@ def test_auth_mode_is_set_only_for_a_cluster_the_process_starts(warm):
             "assert init_ray(num_cpus=1)\n"
             "print(json.dumps([started_here(), os.environ.get('RAY_AUTH_MODE')]))\n"
             "shutdown_ray()\n")
-    joined = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env={**_env(warm.temp_dir), "RAY_ADDRESS": warm.address})
+    joined = _joined(warm, code)
     own_tmp = tempfile.mkdtemp(prefix="amlo-", dir="/tmp")
     try:
         own = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
