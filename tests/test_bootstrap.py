@@ -142,50 +142,47 @@ def test_suite_overall_table_shows_the_interval():
     assert "2,000 question resamples, seed 0" in text and "within the dataset" in text
 
 
-def test_suite_overall_table_keeps_a_long_skip_reason_whole():
-    """A bundle's skip or failure reason is the user's next step: the Overall table folds it in its note
-    column instead of cutting it at 60 characters (ScriptMem's reason ended in "…")."""
+def _overall_table_text(outcome, width: int) -> tuple[str, str]:
+    """The suite Overall table of one bundle's ``outcome`` at ``width`` columns: its text, and its note
+    column's text joined across wrapped lines."""
     from types import SimpleNamespace
 
     from rich.console import Console
 
-    from aml_ray.run.suite_run import BundleOutcome, overall_of
+    from aml_ray.run.suite_run import overall_of
     from aml_ray.suite_cli import overall_table
+
+    suite = SimpleNamespace(name="textual", version="v1",
+                            aggregation=SimpleNamespace(rule="Overall = unweighted mean of the dataset scores."))
+    console = Console(record=True, width=width)
+    console.print(overall_table(SimpleNamespace(suite=suite, outcomes=[outcome], overall=overall_of([outcome])),
+                                offline=False))
+    text = console.export_text()
+    notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
+    return text, notes
+
+
+def test_suite_overall_table_keeps_a_long_skip_reason_whole():
+    """A bundle's skip or failure reason is the user's next step: the Overall table folds it in its note
+    column instead of cutting it at 60 characters (ScriptMem's reason ended in "…")."""
+    from aml_ray.run.suite_run import BundleOutcome
 
     reason = ("refused: /data/scriptmem/scriptmem.json: sha256 0123abcd differs from the pinned 4567ef01; "
               "pass --allow-hash-mismatch to run it anyway (recorded)")
-    outcomes = [BundleOutcome("scriptmem", "scriptmem", "ScriptMem", "failed", reason=reason)]
-    suite = SimpleNamespace(name="textual", version="v1",
-                            aggregation=SimpleNamespace(rule="Overall = unweighted mean of the dataset scores."))
-    console = Console(record=True, width=120)
-    console.print(overall_table(SimpleNamespace(suite=suite, outcomes=outcomes, overall=overall_of(outcomes)),
-                                offline=False))
-    text = console.export_text()
+    outcome = BundleOutcome("scriptmem", "scriptmem", "ScriptMem", "failed", reason=reason)
+    text, notes = _overall_table_text(outcome, 120)
     assert "…" not in text
-    notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
     assert reason.replace(" ", "") in notes.replace(" ", "")
 
 
 def test_suite_overall_table_names_an_absent_bundles_file_at_80_columns():
     """An absent bundle's note keeps the file looked for and the fetch command (it read only
     "absent (aml-ray datasets fetch ...)")."""
-    from types import SimpleNamespace
-
-    from rich.console import Console
-
-    from aml_ray.run.suite_run import BundleOutcome, overall_of
-    from aml_ray.suite_cli import overall_table
+    from aml_ray.run.suite_run import BundleOutcome
 
     reason = "absent: ../shared/datasets/beam/beam_100k.json not found (aml-ray datasets fetch beam)"
-    outcomes = [BundleOutcome("beam", "beam", "BEAM", "skipped", reason=reason)]
-    suite = SimpleNamespace(name="textual", version="v1",
-                            aggregation=SimpleNamespace(rule="Overall = unweighted mean of the dataset scores."))
-    console = Console(record=True, width=80)
-    console.print(overall_table(SimpleNamespace(suite=suite, outcomes=outcomes, overall=overall_of(outcomes)),
-                                offline=False))
-    text = console.export_text()
+    text, notes = _overall_table_text(BundleOutcome("beam", "beam", "BEAM", "skipped", reason=reason), 80)
     assert max(map(len, text.splitlines())) <= 80
-    notes = "".join(line.split("│")[-2].strip() for line in text.splitlines() if line.count("│") >= 8)
     assert reason.replace(" ", "") in notes.replace(" ", "")
 
 
