@@ -1,5 +1,7 @@
-"""Arrow tables cross Ray's object store as one IPC stream (aml_ray.run.ray_runtime.use_arrow_ipc_serialization);
-hot-path actors tune the garbage collector and turn transparent huge pages off (tune_actor_process)."""
+"""aml_ray.run.ray_runtime: a local cluster's start survives Ray's fixed node-start timeout (init_ray), nothing of
+a cluster started here outlives it (shutdown_ray); Arrow tables cross Ray's object store as one IPC stream
+(use_arrow_ipc_serialization); hot-path actors tune the garbage collector and turn transparent huge pages off
+(tune_actor_process)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from aml_ray.run.evidence import QUESTION_SCHEMA, empty_question_row, to_table
 from aml_ray.run.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_process, use_arrow_ipc_serialization
@@ -212,3 +215,70 @@ def test_a_cluster_started_here_starts_no_worker_at_the_drivers_registration():
     assert out.returncode == 0, out.stderr[-2000:]
     under = json.loads(out.stdout.strip().splitlines()[-1])
     assert sorted(under) == ["ray::DashboardAgent", "ray::RuntimeEnvAgent"], under
+
+
+_TIMED_OUT_START = """
+import json, subprocess, sys
+from pathlib import Path
+import psutil, ray
+from aml_ray.run import ray_runtime
+
+real_init, calls, left = ray.init, [], []
+
+def init(**kwargs):
+    calls.append(kwargs["address"])
+    if len(calls) == 1:  # what a loaded machine gives: the node's processes run, its registration came too late
+        raylet = str(Path(ray.__file__).parent / "core/src/ray/raylet/raylet")
+        left.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", raylet],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        raise Exception("The current node timed out during startup. This could happen because some of the "
+                        "raylet failed to startup or the GCS has become overloaded.")  # Ray 2.60's words
+    return real_init(**kwargs)
+
+ray.init = init
+try:
+    started = ray_runtime.init_ray(num_cpus=1)
+    left_exit = left[0].poll()
+    answer = ray.get(ray.remote(lambda: 42).remote(), timeout=120)
+    ray_runtime.shutdown_ray()
+finally:
+    for proc in left:
+        proc.kill()  # a no-op once it is gone
+print(json.dumps({"started": started, "calls": calls, "answer": answer, "left_exit": left_exit}))
+"""
+
+
+def test_a_local_start_that_hits_rays_node_timeout_is_made_again_without_the_first_starts_processes():
+    """Ray waits a fixed 30 s for the node ``ray.init`` starts to register; beside two CPU hogs a test's
+    ``aml-ray run`` exceeded it and exited 1. ``init_ray`` kills what that start left running (here a process
+    named like the raylet) and starts once more; the second start's cluster runs tasks."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", _TIMED_OUT_START], capture_output=True, text=True, timeout=240,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    assert said == {"started": True, "calls": ["local", "local"], "answer": 42, "left_exit": -9}, said
+    assert "did not start" in out.stderr and "start 1 of 2, starting again" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_local_start_that_fails_otherwise_is_not_made_again(monkeypatch):
+    """Only Ray's node-start timeout is worth a second start; any other failure of ``ray.init`` is raised at once."""
+    import ray
+
+    from aml_ray.run import ray_runtime
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs["address"])
+        raise ValueError("num_cpus must be positive")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_runtime, "_started_here", False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", "/tmp/aml-ray-not-started")
+    monkeypatch.setattr(ray_runtime, "cluster_address", lambda address=None: None)
+    with pytest.raises(ValueError, match="num_cpus must be positive"):
+        ray_runtime.init_ray(num_cpus=1)
+    assert calls == ["local"]

@@ -37,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aml_ray.run._ray_internals import SYSTEM_CONFIG
+from aml_ray.run._ray_internals import SYSTEM_CONFIG, node_start_timed_out
 
 #: The environment of a cluster this process starts (``RAY_AUTH_MODE`` never reaches a cluster it joins).
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
+
+#: Tries :func:`init_ray` gives the start of a local cluster that ends in Ray's node-start timeout.
+LOCAL_START_ATTEMPTS = 2
 
 #: This process started the local cluster it is connected to (:func:`init_ray`; :func:`shutdown_ray`).
 _started_here = False
@@ -90,6 +93,14 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
     Returns:
         True when this call connected this process to Ray (the caller then calls :func:`shutdown_ray`),
         False when Ray was running in this process already.
+
+    Raises:
+        Exception: Ray's node-start timeout on the last of :data:`LOCAL_START_ATTEMPTS` starts of a local
+            cluster. Ray waits a fixed 30 s for the node it starts to register (no setting changes it:
+            :mod:`aml_ray.run._ray_internals`), which a loaded machine can exceed while the raylet waits for
+            its agents; each start that ends so is logged as a warning, its processes are killed
+            (:func:`_start_processes`) and the start is made again, in a new session dir.
+        Whatever else ``ray.init`` raises, at once.
     """
     import ray
 
@@ -107,8 +118,56 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
         Path(tmp).mkdir(parents=True, exist_ok=True)
         kwargs.update(num_cpus=num_cpus, _system_config=SYSTEM_CONFIG)
     _started_here = join is None  # before ray.init: a Ctrl-C inside it still leaves through shutdown_ray
-    ray.init(address=join or "local", **kwargs)
+    if join is not None:
+        ray.init(address=join, **kwargs)
+        return True
+    for attempt in range(1, LOCAL_START_ATTEMPTS):
+        before = {p.pid for p in _children()}
+        try:
+            ray.init(address="local", **kwargs)
+            return True
+        except Exception as exc:
+            if not node_start_timed_out(exc):
+                raise
+            import logging
+
+            logging.getLogger(__name__).warning("Ray's local cluster did not start (%s); start %d of %d, "
+                                                "starting again", exc, attempt, LOCAL_START_ATTEMPTS)
+            _kill_and_wait(_start_processes(before), "a local cluster's timed-out start", CLUSTER_KILL_WAIT_S)
+    ray.init(address="local", **kwargs)
     return True
+
+
+def _children() -> list[Any]:
+    """This process's descendants (``psutil.Process`` objects), or an empty list when they cannot be read."""
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _start_processes(before: set[int]) -> list[Any]:
+    """The processes a ``ray.init`` that failed left running: this process's descendants not in ``before``
+    (pids) whose command line names a path in Ray's package (the GCS and raylet binaries, the agents'
+    scripts) or below this process's ``RAY_TMPDIR``. A failed ``ray.init`` keeps no handle on them, and they
+    live as long as this process (Ray's fate sharing ends them only with it); other children this process
+    started meanwhile (a reference system) name neither path and are left alone."""
+    import psutil
+    import ray
+
+    roots = [str(Path(ray.__file__).parent) + os.sep]
+    if os.environ.get("RAY_TMPDIR"):
+        roots.append(os.environ["RAY_TMPDIR"].rstrip(os.sep) + os.sep)
+    found = []
+    for proc in _children():
+        if proc.pid in before:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if any(root in part for part in proc.cmdline() for root in roots):
+                found.append(proc)
+    return found
 
 
 def started_here() -> bool:
