@@ -51,6 +51,9 @@ def run(
     judge_prompt_sha256: Annotated[Optional[str], typer.Option(help="Pin for --judge-prompt.")] = None,
     suite: Annotated[Optional[str], typer.Option(help="Run every bundle of this suite (e.g. 'textual') present "
                                                  "under the datasets directory, instead of --dataset.")] = None,
+    bundles_at_once: Annotated[Optional[int], typer.Option(
+        min=1, help="With --suite: how many bundles run at a time, sharing the participant's declared limits and "
+                    "the models' (default: all; 1: one after another).")] = None,
     datasets_dir: Annotated[Optional[Path], typer.Option("--datasets-dir", "--data-dir", help="Datasets directory "
                                                          "for --suite (default $AML_DATASETS_DIR, else "
                                                          "~/.aml-ray/datasets).")] = None,
@@ -81,7 +84,8 @@ def run(
                        allow_hash_mismatch=allow_hash_mismatch, num_cpus=num_cpus, judge_runs=judge_runs,
                        context_budget=context_budget, answer_prompt=answer_prompt,
                        answer_prompt_sha256=answer_prompt_sha256, judge_prompt=judge_prompt,
-                       judge_prompt_sha256=judge_prompt_sha256, suite=suite, datasets_dir=datasets_dir, resume=resume,
+                       judge_prompt_sha256=judge_prompt_sha256, suite=suite, bundles_at_once=bundles_at_once,
+                       datasets_dir=datasets_dir, resume=resume,
                        stream_checkpoints=stream_checkpoints, retrieval_only=retrieval_only, verbose=verbose))
 
 

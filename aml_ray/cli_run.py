@@ -55,6 +55,7 @@ class RunOptions:
     judge_prompt: str | None = None
     judge_prompt_sha256: str | None = None
     suite: str | None = None
+    bundles_at_once: int | None = None
     datasets_dir: Path | None = None
     resume: Path | None = None
     stream_checkpoints: str | list[float] | None = None
@@ -204,6 +205,8 @@ def execute(opts: RunOptions) -> None:
         fail(str(exc))
     participant_spec(opts.participant, opts.add_url, opts.search_url, opts.auth, opts.secret_env, opts.max_in_flight,
                      opts.rps)
+    if opts.suite is None and opts.bundles_at_once is not None:
+        fail("--bundles-at-once sets how many bundles of a suite run at a time: give --suite, or drop it")
     if opts.suite is not None:
         if opts.retrieval_only:
             fail("--retrieval-only runs one dataset (--dataset); a suite's Overall needs scored bundles: drop --suite")
@@ -253,7 +256,8 @@ def run_suite(opts: RunOptions, answer, judge) -> None:
                 opts.suite, participant=spec, participant_label=label, answer=answer, judge=judge, out=opts.out,
                 run_id=opts.run_id, run_label=opts.run_label, datasets_dir=opts.datasets_dir, top_k=opts.top_k,
                 context_budget=opts.context_budget, judge_runs=opts.judge_runs, limit_samples=opts.limit_samples,
-                allow_hash_mismatch=opts.allow_hash_mismatch, num_cpus=opts.num_cpus, console=console)
+                allow_hash_mismatch=opts.allow_hash_mismatch, num_cpus=opts.num_cpus,
+                bundles_at_once=opts.bundles_at_once, console=console)
         except (FileNotFoundError, FileExistsError, ValueError) as exc:
             fail(str(exc))
         except Exception as exc:  # noqa: BLE001 - Ray's start, an internal error: one line, not a traceback

@@ -112,7 +112,8 @@ def overall_table(result, *, offline: bool) -> Table:
 def run_suite(name: str, *, participant, participant_label: str, answer, judge, out: Path, run_id: str,
               run_label: str | None, datasets_dir: Path | None, top_k: int, context_budget: int, judge_runs: int,
               limit_samples: int | None, allow_hash_mismatch: bool, num_cpus: int | None,
-              bundles: list[str] | None = None, console: Console | None = None) -> Any:
+              bundles: list[str] | None = None, bundles_at_once: int | None = None,
+              console: Console | None = None) -> Any:
     """Run a suite and print its tables (what ``aml-ray run --suite`` does after starting the participant).
 
     Args:
@@ -123,7 +124,8 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
         datasets_dir: the datasets directory (None: ``$AML_DATASETS_DIR`` or the default).
         top_k / context_budget / judge_runs: the run's values; those that differ from the suite's are
             reported as deviations from the release baseline.
-        limit_samples / allow_hash_mismatch / num_cpus / bundles: see :class:`~aml_ray.run.suite_run.SuiteConfig`.
+        limit_samples / allow_hash_mismatch / num_cpus / bundles / bundles_at_once: see
+            :class:`~aml_ray.run.suite_run.SuiteConfig`.
         console: where to print (default: stdout at the command line's width, ``COLUMNS`` when set).
 
     Returns:
@@ -152,21 +154,21 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
     cfg = SuiteConfig(participant=participant, answer=answer, judge=judge, out_dir=out, suite=name,
                       datasets_dir=root, top_k=top_k, context_budget_tokens=context_budget, judge_runs=judge_runs,
                       limit_samples=limit_samples, allow_hash_mismatch=allow_hash_mismatch, bundles=bundles,
-                      run_id=run_id, run_label=run_label, participant_label=participant_label)
+                      bundles_at_once=bundles_at_once, run_id=run_id, run_label=run_label, participant_label=participant_label)
+    # one live display for the bundles that run at once: a bar per bundle and stage, removed as the bundle ends
     state: dict[str, Any] = {"progress": None, "tasks": {}}
 
     def on_bundle(kind: str, value) -> None:
         if kind == "start":
             console.print(f"[bold]>[/] {value['name']}: {value['title']} ({value['path']})")
-            state["progress"] = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                                         TimeElapsedColumn(), console=console, transient=True)
-            state["progress"].start()
-            state["tasks"] = {}
+            if state["progress"] is None:
+                state["progress"] = Progress(TextColumn("{task.description:>25}"), BarColumn(), MofNCompleteColumn(),
+                                             TimeElapsedColumn(), console=console, transient=True)
+                state["progress"].start()
             return
-        if state["progress"] is not None:
-            state["progress"].stop()
-            state["progress"] = None
         o = value
+        for key in [k for k in state["tasks"] if k[0] == o.name]:
+            state["progress"].remove_task(state["tasks"].pop(key))
         if o.status == "ran":
             console.print(f"  {o.name}: score {_num(o.score)}, coverage {_num(o.coverage)} "
                           f"({o.n_scored}/{o.n_total} scored) in {o.wall_s:.1f} s")
@@ -180,11 +182,12 @@ def run_suite(name: str, *, participant, participant_label: str, answer, judge, 
             return
         if kind == "totals":
             for stage in STAGES:
-                state["tasks"][stage] = progress.add_task(stage, total=values.get(stage, 0))
+                if values.get(stage):  # a stage with nothing to do (a retrieval-only run's answers) has no bar
+                    state["tasks"][(bundle, stage)] = progress.add_task(f"{bundle} {stage}", total=values[stage])
         else:
             for stage, done in values.items():
-                if stage in state["tasks"]:
-                    progress.update(state["tasks"][stage], completed=done)
+                if (bundle, stage) in state["tasks"]:
+                    progress.update(state["tasks"][(bundle, stage)], completed=done)
 
     try:
         result = evaluate_suite(cfg, on_bundle=on_bundle, on_progress=on_progress, num_cpus=num_cpus)

@@ -618,14 +618,15 @@ def mark_failed(run_dir: RunDir, run_id: str, *, cause: str, wall_s: float) -> b
 
 def _mark_ended(run_dir: RunDir, run_id: str, *, status: str, error: str, wall_s: float, **more: Any) -> bool:
     """Rewrite run.json with a final ``status`` when it is this run's, says ``running``, and this process wrote
-    that (a refused resume of a run another process runs leaves its run.json alone)."""
+    that or the process that did is gone (a refused resume of a run another process runs leaves its run.json
+    alone; a suite's driver marks the runs of the bundle runners it killed: :mod:`aml_ray.run.bundle_runner`)."""
     try:
         info = json.loads(run_dir.run_json.read_text())
     except (OSError, ValueError):
         return False
     if info.get("run_id") != run_id or info.get("status") != "running":
         return False
-    if info.get("process") not in (None, this_process()):
+    if info.get("process") not in (None, this_process()) and process_alive(info["process"]):
         return False
     info.update(status=status, error=error, wall_s=wall_s, wall_covers=WALL_COVERS,
                 finished_at=datetime.now(timezone.utc).isoformat(), **more)

@@ -1,5 +1,6 @@
 """A participant on every present bundle of a suite: :func:`evaluate_suite` runs :func:`evaluate` per bundle,
-then Overall by the suite's rule (:func:`overall_of`).
+all bundles at once (:mod:`aml_ray.run.bundle_runner`) or one after another, then Overall by the suite's
+rule (:func:`overall_of`).
 
 One bundle's failure is that bundle's outcome: the suite goes on with the next bundle, and Overall names
 the bundles it lacks, so a leak found in one dataset or a participant that stops answering during one
@@ -66,6 +67,8 @@ class SuiteConfig:
         allow_hash_mismatch: run bundles whose files differ from their pins (a deviation).
         bundles: run only these bundles (default: all of the suite's).
         run_id: one id for every bundle (ids stay unique: they hold the dataset name).
+        bundles_at_once: how many bundles run at a time (:mod:`aml_ray.run.bundle_runner`); None: all of
+            them. 1 runs them one after another in this process.
     """
 
     participant: ParticipantSpec
@@ -84,6 +87,7 @@ class SuiteConfig:
     run_label: str | None = None
     participant_label: str = "participant"
     options: PipelineOptions = field(default_factory=PipelineOptions)
+    bundles_at_once: int | None = None
 
 
 @dataclass
@@ -261,6 +265,63 @@ def ran(outcome: BundleOutcome, suite: Any, bundle: Any, result: EvaluationResul
         outcome.deviations.append(f"stands in for {bundle.substitute_for}, which is absent")
 
 
+@dataclass
+class Planned:
+    """A bundle that runs: its outcome (filled when it ends), the suite, the bundle and its run's config."""
+
+    outcome: BundleOutcome
+    suite: Any
+    bundle: Any
+    cfg: EvaluationConfig
+
+
+def _bundle_config(cfg: SuiteConfig, suite: Any, bundle: Any, data_path: Path, out: Path) -> EvaluationConfig:
+    """The :class:`EvaluationConfig` of one bundle's run: the suite run's settings, the bundle's file and pinned
+    prompts, the suite's Top K, context budget and judge runs unless the suite run sets its own."""
+    prompts = {role: pin for role, pin in bundle.prompts.items() if pin.sha256}
+    return EvaluationConfig(
+        dataset=bundle.dataset, participant=cfg.participant, answer=cfg.answer, judge=cfg.judge,
+        out_dir=out / bundle.name, data_path=data_path, allow_hash_mismatch=cfg.allow_hash_mismatch,
+        top_k=cfg.top_k or suite.top_k, limit_samples=cfg.limit_samples, run_id=cfg.run_id,
+        run_label=cfg.run_label, participant_label=cfg.participant_label, options=cfg.options,
+        answer_prompt=prompts["answer"].name if "answer" in prompts else None,
+        answer_prompt_sha256=prompts["answer"].sha256 if "answer" in prompts else None,
+        judge_prompt=prompts["judge"].name if "judge" in prompts else None,
+        judge_prompt_sha256=prompts["judge"].sha256 if "judge" in prompts else None,
+        context_budget_tokens=cfg.context_budget_tokens or suite.context_budget_tokens,
+        judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
+
+
+def run_bundle(outcome: BundleOutcome, suite: Any, bundle: Any, cfg: EvaluationConfig, *,
+               on_progress: Callable[[str, dict[str, int]], None] | None = None,
+               own_cluster: bool = False) -> BundleOutcome:
+    """Run one bundle with :func:`evaluate` and fill ``outcome`` (:func:`ran`, or :func:`not_run` with the error
+    it raised: one bundle's failure is that bundle's outcome) and its ``wall_s``.
+
+    Args:
+        outcome: the bundle's outcome (filled and returned).
+        suite / bundle: the :class:`aml_ray.suite.Suite` and its bundle.
+        cfg: the bundle's run (:func:`_bundle_config`).
+        on_progress / own_cluster: as :func:`evaluate`'s.
+
+    Returns:
+        ``outcome``.
+
+    Raises:
+        KeyboardInterrupt: a Ctrl-C (run.json says ``interrupted``: :func:`evaluate`).
+    """
+    t_bundle = time.perf_counter()
+    try:
+        result = evaluate(cfg, on_progress=on_progress, own_cluster=own_cluster)
+    except Exception as exc:  # noqa: BLE001 - one bundle's failure is that bundle's outcome
+        not_run(outcome, exc)
+    else:
+        ran(outcome, suite, bundle, result)
+    finally:
+        outcome.wall_s = round(time.perf_counter() - t_bundle, 3)
+    return outcome
+
+
 def evaluate_suite(cfg: SuiteConfig, *,
                    on_bundle: Callable[[str, BundleOutcome | dict[str, Any]], None] | None = None,
                    on_progress: Callable[[str, str, dict[str, int]], None] | None = None,
@@ -272,14 +333,17 @@ def evaluate_suite(cfg: SuiteConfig, *,
     ScriptMem's unpublished scripts), or it is a ``substitute_for`` bundle whose primary is present. A
     bundle whose files or counts differ from the suite is refused (``failed``), unless hash mismatches
     are allowed. A bundle that fails (a contract error, a leak, the participant gone, an internal error) is
-    that bundle's outcome, ``failed`` with a one-line reason; the suite goes on with the next bundle, and
-    Overall names the bundles it lacks (:func:`overall_of`). Ray is started once, before the first bundle
-    that runs.
+    that bundle's outcome, ``failed`` with a one-line reason; the other bundles go on, and Overall names the
+    bundles it lacks (:func:`overall_of`). Ray is started once, when a bundle runs. The bundles that run go
+    ``cfg.bundles_at_once`` at a time, each in an actor of its own (:mod:`aml_ray.run.bundle_runner`: their
+    runs share the participant's and the models' clients, so the declared limits hold across them); with
+    1, one after another in this process.
 
     Args:
         cfg: the suite run's configuration.
-        on_bundle: called with ``("start", {"name", "samples"...})`` before a bundle runs and
-            ``("done", outcome)`` after each bundle (ran, skipped or failed).
+        on_bundle: called with ``("done", outcome)`` for each bundle that does not run (skipped, refused)
+            first, then ``("start", {"name", "title", "path"})`` as a bundle starts and ``("done", outcome)``
+            as it ends (ran or failed), in the order they end.
         on_progress: called with ``(bundle, kind, values)`` as :func:`evaluate`'s ``on_progress``.
         num_cpus: CPUs for a local Ray cluster started here.
 
@@ -288,6 +352,7 @@ def evaluate_suite(cfg: SuiteConfig, *,
 
     Raises:
         FileExistsError: ``out_dir`` already holds a suite.json.
+        KeyboardInterrupt: a Ctrl-C; each unfinished bundle's run.json says ``interrupted``.
     """
     from aml_ray.datasets.registry import DATASETS
     from aml_ray.suite import check_bundle, datasets_dir, load_suite, release_baseline
@@ -302,56 +367,59 @@ def evaluate_suite(cfg: SuiteConfig, *,
         suite.bundle(name)  # unknown names fail before anything runs
     checks = {b.name: check_bundle(b, root=root) for b in suite.bundles}
     outcomes: list[BundleOutcome] = []
+    plans: list[Planned] = []
     started = datetime.now(timezone.utc).isoformat()
     t0 = time.perf_counter()
-    started_ray = False  # Ray starts with the first bundle that runs (a run where every bundle is skipped needs none)
+    for bundle in suite.bundles:
+        if bundle.name not in wanted:
+            continue
+        outcome = BundleOutcome(bundle.name, bundle.dataset, bundle.title, "skipped",
+                                substitute_for=bundle.substitute_for)
+        outcomes.append(outcome)
+        check = checks[bundle.name]
+        primary = checks.get(bundle.substitute_for) if bundle.substitute_for else None
+        if bundle.dataset not in DATASETS:
+            outcome.reason = f"no adapter is registered for dataset {bundle.dataset!r}"
+        elif primary is not None and primary.present and bundle.substitute_for in wanted:
+            outcome.reason = f"{STANDS_IN} {bundle.substitute_for}, which is present"
+        elif check.status == "missing":
+            outcome.reason = f"absent: {check.data_path} not found (aml-ray datasets fetch {bundle.name})"
+        elif check.status == "incomplete":
+            outcome.reason = check.summary()
+        elif check.status == "mismatch" and not cfg.allow_hash_mismatch:
+            outcome.status, outcome.reason = "failed", f"refused: {check.summary()}"
+        else:
+            plans.append(Planned(outcome, suite, bundle, _bundle_config(cfg, suite, bundle, check.data_path, out)))
+            continue
+        if on_bundle:
+            on_bundle("done", outcome)
+
+    def start(plan: Planned) -> None:
+        if on_bundle:
+            on_bundle("start", {"name": plan.bundle.name, "title": plan.bundle.title, "path": str(plan.cfg.data_path)})
+
+    def done(outcome: BundleOutcome) -> None:
+        if on_bundle:
+            on_bundle("done", outcome)
+
+    started_ray = False  # Ray starts only when a bundle runs (a run where every bundle is skipped needs none)
     try:
-        for bundle in suite.bundles:
-            if bundle.name not in wanted:
-                continue
-            outcome = BundleOutcome(bundle.name, bundle.dataset, bundle.title, "skipped",
-                                    substitute_for=bundle.substitute_for)
-            check = checks[bundle.name]
-            primary = checks.get(bundle.substitute_for) if bundle.substitute_for else None
-            if bundle.dataset not in DATASETS:
-                outcome.reason = f"no adapter is registered for dataset {bundle.dataset!r}"
-            elif primary is not None and primary.present and bundle.substitute_for in wanted:
-                outcome.reason = f"{STANDS_IN} {bundle.substitute_for}, which is present"
-            elif check.status == "missing":
-                outcome.reason = f"absent: {check.data_path} not found (aml-ray datasets fetch {bundle.name})"
-            elif check.status == "incomplete":
-                outcome.reason = check.summary()
-            elif check.status == "mismatch" and not cfg.allow_hash_mismatch:
-                outcome.status, outcome.reason = "failed", f"refused: {check.summary()}"
-            else:
-                if on_bundle:
-                    on_bundle("start", {"name": bundle.name, "title": bundle.title, "path": str(check.data_path)})
-                prompts = {role: pin for role, pin in bundle.prompts.items() if pin.sha256}
-                ecfg = EvaluationConfig(
-                    dataset=bundle.dataset, participant=cfg.participant, answer=cfg.answer, judge=cfg.judge,
-                    out_dir=out / bundle.name, data_path=check.data_path, allow_hash_mismatch=cfg.allow_hash_mismatch,
-                    top_k=cfg.top_k or suite.top_k, limit_samples=cfg.limit_samples, run_id=cfg.run_id,
-                    run_label=cfg.run_label, participant_label=cfg.participant_label, options=cfg.options,
-                    answer_prompt=prompts["answer"].name if "answer" in prompts else None,
-                    answer_prompt_sha256=prompts["answer"].sha256 if "answer" in prompts else None,
-                    judge_prompt=prompts["judge"].name if "judge" in prompts else None,
-                    judge_prompt_sha256=prompts["judge"].sha256 if "judge" in prompts else None,
-                    context_budget_tokens=cfg.context_budget_tokens or suite.context_budget_tokens,
-                    judge_runs=cfg.judge_runs or suite.judge_runs, suite=cfg.suite)
-                progress = (lambda kind, values, _n=bundle.name: on_progress(_n, kind, values)) if on_progress else None
-                started_ray = init_ray(num_cpus=num_cpus) or started_ray
-                t_bundle = time.perf_counter()
-                try:
-                    result = evaluate(ecfg, on_progress=progress, own_cluster=started_ray)
-                except Exception as exc:  # noqa: BLE001 - one bundle's failure is that bundle's outcome
-                    not_run(outcome, exc)
-                else:
-                    ran(outcome, suite, bundle, result)
-                finally:
-                    outcome.wall_s = round(time.perf_counter() - t_bundle, 3)
-            outcomes.append(outcome)
-            if on_bundle:
-                on_bundle("done", outcome)
+        if plans:
+            started_ray = init_ray(num_cpus=num_cpus)
+        at_once = min(cfg.bundles_at_once or len(plans), len(plans))
+        if at_once > 1:
+            from aml_ray.run.bundle_runner import run_at_once
+
+            ran_outcomes = run_at_once(plans, at_once=at_once, on_start=start, on_done=done, on_progress=on_progress)
+            by_name = {o.name: o for o in ran_outcomes}
+            outcomes = [by_name.get(o.name, o) for o in outcomes]
+        else:
+            for plan in plans:
+                start(plan)
+                progress = (lambda kind, values, _n=plan.bundle.name: on_progress(_n, kind, values)) \
+                    if on_progress else None
+                done(run_bundle(plan.outcome, suite, plan.bundle, plan.cfg, on_progress=progress,
+                                own_cluster=started_ray))
     finally:
         if started_ray:
             shutdown_ray()
