@@ -103,25 +103,40 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="local Ray nodes; more than 1: a ray.cluster_utils.Cluster with --num-cpus on each node")
     args = ap.parse_args(argv)
+    import contextlib
+
     import ray
 
+    from aml_ray.run.ray_runtime import local_cluster
+
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-    try:
-        for n in args.n:
-            load0 = os.getloadavg()[0]
-            r = one_round(args, n)
-            worst = max(j["ratio"] for j in r["jobs"])
-            print(f"N={n}: wall {r['wall_s']:.1f} s, {r['questions'] / r['wall_s']:.1f} questions/s in all; "
-                  f"429s {r['rejected']} / {r['calls']} model calls; fairness (largest wall / own bound) {worst:.2f}; "
-                  f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
-            for j in r["jobs"]:
-                print(f"  {j['name']} capacity {j['capacity']:>2}: wall {j['wall_s']:6.1f} s = {j['ratio']:.2f} x bound "
-                      f"{j['bound_s']:.1f} s (participant busy {j['busy_s']:.1f} s, model share {j['model_share_s']:.1f} s); "
-                      f"scored {j['scored']}, over capacity {j['over_capacity']}" + (f"; {j['error']}" if j["error"] else ""))
-    finally:
-        ray.shutdown()
+    with contextlib.ExitStack() as stack:
+        if args.nodes > 1:
+            stack.enter_context(local_cluster({"num_cpus": args.num_cpus},
+                                              [{"num_cpus": args.num_cpus}] * (args.nodes - 1)))
+        else:
+            ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+            stack.callback(ray.shutdown)
+        print(f"Ray: {args.nodes} node(s) x {args.num_cpus} CPUs; {os.cpu_count()} CPUs on this machine")
+        rounds(args)
+
+
+def rounds(args) -> None:
+    """Each ``--n`` round in turn, its figures printed."""
+    for n in args.n:
+        load0 = os.getloadavg()[0]
+        r = one_round(args, n)
+        worst = max(j["ratio"] for j in r["jobs"])
+        print(f"N={n}: wall {r['wall_s']:.1f} s, {r['questions'] / r['wall_s']:.1f} questions/s in all; "
+              f"429s {r['rejected']} / {r['calls']} model calls; fairness (largest wall / own bound) {worst:.2f}; "
+              f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+        for j in r["jobs"]:
+            print(f"  {j['name']} capacity {j['capacity']:>2}: wall {j['wall_s']:6.1f} s = {j['ratio']:.2f} x bound "
+                  f"{j['bound_s']:.1f} s (participant busy {j['busy_s']:.1f} s, model share {j['model_share_s']:.1f} s); "
+                  f"scored {j['scored']}, over capacity {j['over_capacity']}" + (f"; {j['error']}" if j["error"] else ""))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ Runs the real command, ``aml-ray run --suite textual --limit-samples N``, over e
   each with its own limits, as on a hosted API), its clock ``--time-scale`` times real time; the clients
   declare ``rpm / time-scale`` and ``tpm / time-scale``.
 
-Prints the command's wall time against the binding bound: the largest of the participant's busy time
+The bundles run at once by default (``--bundles-at-once N`` as the command's). Prints the command's wall time
+against the binding bound: the largest of the participant's busy time
 at its capacity (Adds x Add time + Searches x Search time, / capacity) and for each model its charged tokens at its TPM and its calls at its RPM (the endpoint's own
-counts); the 429 share; the driver's peak RSS (VmHWM, polled); per bundle the Add and Search queue wait
+counts); the 429 share; the driver's and each bundle runner's peak RSS (VmHWM, polled); per bundle the Add and Search queue wait
 against their service time (run.json) and the model endpoint's calls and service time. Example::
 
     .venv/bin/python scripts/bench_suite.py --limit-samples 1
@@ -51,14 +52,18 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     cmd = [str(Path(sys.executable).parent / "aml-ray"), "run", "--suite", "textual", "--datasets-dir",
            str(args.datasets_dir), "--limit-samples", str(args.limit_samples), "--participant", participant,
            "--max-in-flight", str(args.capacity), "--out", str(out), "--num-cpus", str(args.num_cpus),
-           "--allow-hash-mismatch"]
+           "--allow-hash-mismatch"] + (["--bundles-at-once", str(args.bundles_at_once)] if args.bundles_at_once else [])
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = [0]
+    peak, runners = [0], {}
 
     def poll() -> None:
+        n = 0
         while proc.poll() is None:
             peak[0] = max(peak[0], _proc_status(proc.pid).get("VmHWM", 0))
+            if n % 5 == 0:  # the bundle runners' peaks, once a second
+                runners.update(_runner_peaks())
+            n += 1
             time.sleep(0.2)
 
     watcher = threading.Thread(target=poll, daemon=True)
@@ -66,7 +71,19 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     output, _ = proc.communicate()
     wall = time.perf_counter() - t0
     watcher.join()
-    return {"wall_s": wall, "rc": proc.returncode, "driver_peak_rss": peak[0], "tail": output[-3000:]}
+    return {"wall_s": wall, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": runners,
+            "tail": output[-3000:]}
+
+
+def _runner_peaks() -> dict[int, int]:
+    """Peak RSS (VmHWM, bytes) of each running ``ray::BundleRunner`` process (a bundle's evaluation), by pid."""
+    import psutil
+
+    found = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        if (proc.info["cmdline"] or [""])[0].startswith("ray::BundleRunner"):
+            found[proc.pid] = _proc_status(proc.pid).get("VmHWM", 0)
+    return {pid: rss for pid, rss in found.items() if rss}
 
 
 def bundle_runs(out: Path) -> dict[str, dict[str, Any]]:
@@ -100,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--time-scale", type=float, default=0.05, help="endpoint seconds -> real seconds")
     p.add_argument("--model-in-flight", type=int, default=32)
     p.add_argument("--num-cpus", type=int, default=2)
+    p.add_argument("--bundles-at-once", type=int, default=None, help="aml-ray run --bundles-at-once (default: all)")
     args = p.parse_args(argv)
     load0 = os.getloadavg()[0]
     part_flags = ["--latency-ms", str(args.search_ms * args.service_scale),
@@ -132,7 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  model calls {calls:,}, 429s {rejected} ({rejected / max(1, calls):.2%}); "
           + "; ".join(f"{k}: {v['ok']} ok, {v['tokens_charged']:,} tokens charged, peak in flight {v['max_in_flight']}"
                       for k, v in mstats.items()))
-    print(f"  driver peak RSS {res['driver_peak_rss'] / 2**20:.0f} MiB; participant Adds {pstats['n'].get('add', 0):,}, "
+    peaks = sorted(res["runner_peak_rss"].values())
+    print(f"  driver peak RSS {res['driver_peak_rss'] / 2**20:.0f} MiB; bundle runners' peak RSS "
+          + (", ".join(f"{v / 2**20:.0f}" for v in peaks) + " MiB" if peaks else "none (one after another in the driver)")
+          + f"; participant Adds {pstats['n'].get('add', 0):,}, "
           f"Searches {pstats['n'].get('search', 0):,}, max in flight {pstats['max_in_flight']} (capacity {args.capacity})")
     for name, r in runs.items():
         s, a = r.get("search", {}), r.get("adds", {})
