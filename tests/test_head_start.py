@@ -283,7 +283,7 @@ def test_the_ingest_stage_takes_a_sample_over_while_the_head_start_still_has_ano
                 return _original(self, *args, **kw)
             monkeypatch.setattr(HeadStart, name, marked)
     seen: dict = {}
-    app = _holding_participant(":conv-30", 3, handed_over, seen, guard_s=60)  # ends at once when it works
+    app = _holding_participant(":conv-30", 3, handed_over, seen, guard_s=300)  # ends at once when it works
 
     own_cluster(monkeypatch, lambda: _wait_for(app.state.held.is_set))  # the pipeline starts once an Add is held
     with ThreadServer(app) as server:

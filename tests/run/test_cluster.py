@@ -141,3 +141,36 @@ def test_down_stops_every_process_of_the_cluster():
         assert cluster.read_state(temp_dir) is None and cluster.down(temp_dir) is None
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+_TIMED_OUT_RAY = """#!/bin/sh
+# the first 'ray start' ends as Ray's does when its node does not register within 30 s; later ones are the real one
+if [ ! -e "$0.tried" ]; then
+  touch "$0.tried"
+  echo "Exception: The current node timed out during startup. This could happen because some of the raylet"
+  exit 1
+fi
+exec {ray} "$@"
+"""
+
+
+def test_up_starts_again_when_rays_node_start_times_out(tmp_path, monkeypatch):
+    """Beside two CPU hogs ``ray start`` gave up after Ray's fixed 30 s node-start wait and ``aml-ray cluster up``
+    failed; ``up`` starts it once more (here a ``ray`` whose first start ends so), and both outputs stay in its log."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(_TIMED_OUT_RAY.format(ray=Path(sys.executable).with_name("ray")))
+    (bin_dir / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")  # keeps the venv
+    for name in ("ray", "python"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    temp_dir = tempfile.mkdtemp(prefix="amlr-", dir="/tmp")
+    try:
+        started, new = cluster.up(temp_dir, num_cpus=1, timeout_s=300)
+        assert new and cluster.is_up(started) and (bin_dir / "ray.tried").exists()
+        log = (Path(temp_dir) / "aml-ray-cluster.log").read_text()
+        assert "The current node timed out during startup" in log and cluster.STARTED_LINE in log
+    finally:
+        cluster.down(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
