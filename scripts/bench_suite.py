@@ -13,7 +13,7 @@ Runs the real command, ``aml-ray run --suite textual --limit-samples N``, over e
 The bundles run at once by default (``--bundles-at-once N`` as the command's). Prints the command's wall time
 against the binding bound: the largest of the participant's busy time
 at its capacity (Adds x Add time + Searches x Search time, / capacity) and for each model its charged tokens at its TPM and its calls at its RPM (the endpoint's own
-counts); the 429 share; the driver's and each bundle runner's peak RSS (VmHWM, polled); per bundle the Add and Search queue wait
+counts); each model's tokens charged per tenth of the wall against its TPM; the 429 share; the driver's and each bundle runner's peak RSS (VmHWM, polled); per bundle the Add and Search queue wait
 against their service time (run.json) and the model endpoint's calls and service time. Example::
 
     .venv/bin/python scripts/bench_suite.py --limit-samples 1
@@ -53,7 +53,7 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
            str(args.datasets_dir), "--limit-samples", str(args.limit_samples), "--participant", participant,
            "--max-in-flight", str(args.capacity), "--out", str(out), "--num-cpus", str(args.num_cpus),
            "--allow-hash-mismatch"] + (["--bundles-at-once", str(args.bundles_at_once)] if args.bundles_at_once else [])
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak, runners = [0], {}
 
@@ -71,7 +71,7 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     output, _ = proc.communicate()
     wall = time.perf_counter() - t0
     watcher.join()
-    return {"wall_s": wall, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": runners,
+    return {"wall_s": wall, "started": started, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": runners,
             "tail": output[-3000:]}
 
 
@@ -84,6 +84,17 @@ def _runner_peaks() -> dict[int, int]:
         if (proc.info["cmdline"] or [""])[0].startswith("ray::BundleRunner"):
             found[proc.pid] = _proc_status(proc.pid).get("VmHWM", 0)
     return {pid: rss for pid, rss in found.items() if rss}
+
+
+def utilisation(admitted: list[list[float]], start: float, wall_s: float, per_s: float, parts: int = 10) -> list[float]:
+    """Tokens charged in each of ``parts`` equal slices of the command's wall (``admitted``: the endpoint's
+    ``(time.monotonic(), tokens)`` per admitted call; ``start``: the command's start on the same clock), each
+    over what ``per_s`` tokens a second allow in a slice."""
+    width = wall_s / parts
+    used = [0.0] * parts
+    for t, tokens in admitted:
+        used[min(parts - 1, max(0, int((t - start) / width)))] += tokens
+    return [u / (per_s * width) for u in used]
 
 
 def bundle_runs(out: Path) -> dict[str, dict[str, Any]]:
@@ -147,6 +158,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{args.p99_ms:g} ms, {args.rpm:g} RPM / {args.tpm:,.0f} TPM each, time scale {args.time_scale:g}")
     print(f"  wall {res['wall_s']:.1f} s = {res['wall_s'] / b:.2f} x the binding bound {b:.1f} s  ("
           + "; ".join(f"{k} {v:.1f} s" for k, v in terms.items()) + ")")
+    for model, st in mstats.items():
+        print(f"  {model} tokens charged per tenth of the wall, as a share of its TPM: "
+              + " ".join(f"{u:.0%}" for u in utilisation(st.get("admitted", []), res["started"], res["wall_s"],
+                                                          args.tpm / 60 / args.time_scale)))
     print(f"  model calls {calls:,}, 429s {rejected} ({rejected / max(1, calls):.2%}); "
           + "; ".join(f"{k}: {v['ok']} ok, {v['tokens_charged']:,} tokens charged, peak in flight {v['max_in_flight']}"
                       for k, v in mstats.items()))

@@ -231,7 +231,8 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
                 "share_429": rejected / st.calls if st.calls else 0.0,
                 "tokens_charged": st.tokens_charged, "prompt_tokens": st.prompt_tokens,
                 "completion_tokens": st.completion_tokens, "max_in_flight": st.max_in_flight,
-                "peak_per_window": st.peak_in(real_window), "peak_per_minute": st.peak_in(60 * time_scale)}
+                "peak_per_window": st.peak_in(real_window), "peak_per_minute": st.peak_in(60 * time_scale),
+                "admitted": [list(a) for a in st.admitted]}  # (time.monotonic(), tokens charged) per admitted call
         if tag_re is not None:
             out["calls"] = list(state["calls"])
         return out
