@@ -258,7 +258,7 @@ def test_a_local_start_that_hits_rays_node_timeout_is_made_again_without_the_fir
     assert out.returncode == 0, out.stderr[-3000:]
     said = json.loads(out.stdout.strip().splitlines()[-1])
     assert said == {"started": True, "calls": ["local", "local"], "answer": 42, "left_exit": -9}, said
-    assert "did not start" in out.stderr and "start 1 of 2, starting again" in out.stderr, out.stderr[-2000:]
+    assert "did not start" in out.stderr and "start 1 of 3, starting again" in out.stderr, out.stderr[-2000:]
 
 
 def test_a_local_start_that_fails_otherwise_is_not_made_again(monkeypatch):

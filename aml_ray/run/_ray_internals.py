@@ -11,7 +11,7 @@ meaning would pass silently, so :data:`PINNED_RAY_VERSION` names the release the
 :data:`NODE_START_TIMEOUT` is how ``ray.init`` says that the node it started did not register within Ray's
 fixed 30 s (``raylet_start_wait_time_s`` in ``ray/_private/node.py``; no setting changes it): a plain
 ``Exception`` with that text, so a local start that hit it is recognised by its words
-(:func:`aml_ray.run.ray_runtime.init_ray` starts once more); ``tests/run/test_ray_internals.py`` checks the
+(:func:`aml_ray.run.ray_runtime.init_ray` and :func:`aml_ray.run.cluster.up` start again); ``tests/run/test_ray_internals.py`` checks the
 words are in the installed Ray's source.
 
 What each key buys is measured in docs/benchmarks.md ("the cluster's system config"); none changes a

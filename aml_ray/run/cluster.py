@@ -112,16 +112,19 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
     Args:
         temp_dir: its ``RAY_TMPDIR`` (created when missing).
         num_cpus: the CPUs it offers (default: all of the machine's).
-        timeout_s: seconds to wait for ``ray start`` to say the node runs, in all: a start that ends in Ray's
-            fixed 30 s node-start timeout (a loaded machine; :mod:`aml_ray.run._ray_internals`) is made again,
-            :data:`~aml_ray.run.ray_runtime.LOCAL_START_ATTEMPTS` times at most, within it.
+        timeout_s: seconds to wait for ``ray start`` to say the node runs, and then for the client registry
+            to start. A start that ends in Ray's fixed 30 s node-start timeout (a loaded machine:
+            :mod:`aml_ray.run._ray_internals`) is made again, up to
+            :data:`~aml_ray.run.ray_runtime.LOCAL_START_ATTEMPTS` starts, each with ``timeout_s`` of its own
+            (beside two CPU hogs and a test session, one start took 50 s of ``ray start``'s imports and
+            Ray's wait before it ended so).
 
     Returns:
         ``(the cluster, True)`` when this call started it; ``(the one already up, False)`` otherwise.
 
     Raises:
-        RuntimeError: ``ray start`` exited or stayed silent for ``timeout_s``, or the client registry did not
-            start within what is left of it; the message holds the end of their output
+        RuntimeError: ``ray start`` exited or stayed silent for ``timeout_s`` (on its last start), or the
+            client registry did not start within ``timeout_s``; the message holds the end of their output
             (``<temp_dir>/aml-ray-cluster.log``), and what it started is stopped.
     """
     import psutil
@@ -138,9 +141,8 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
     env.pop("RAY_ADDRESS", None)
     log = Path(temp_dir) / "aml-ray-cluster.log"
     log.write_text("")
-    deadline = time.monotonic() + timeout_s
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
-        port, since = _free_port(), log.stat().st_size
+        port, since, deadline = _free_port(), log.stat().st_size, time.monotonic() + timeout_s
         cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port", str(port),
                "--node-ip-address", "127.0.0.1", "--num-cpus", str(cpus), "--include-dashboard", "false",
                "--disable-usage-stats", "--system-config", json.dumps(SYSTEM_CONFIG)]
@@ -152,7 +154,7 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
             if proc.poll() is not None or time.monotonic() > deadline:
                 _stop(proc.pid, timeout_s=30)
                 said = _read_from(log, since)  # to its last line
-                if NODE_START_TIMEOUT in said and attempt < LOCAL_START_ATTEMPTS and time.monotonic() < deadline:
+                if NODE_START_TIMEOUT in said and attempt < LOCAL_START_ATTEMPTS:
                     break  # Ray's fixed 30 s node-start wait ran out (a loaded machine): start once more
                 tail = log.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"ray start did not start the cluster (exit {proc.poll()}); its output "
@@ -164,7 +166,7 @@ def up(temp_dir: str, *, num_cpus: int | None = None, timeout_s: float = 120.0) 
         try:
             started = subprocess.run([sys.executable, "-c", START_REGISTRY, cluster.address], env=env,
                                      stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                     timeout=max(1.0, deadline - time.monotonic())).returncode == 0
+                                     timeout=timeout_s).returncode == 0
         except subprocess.TimeoutExpired:
             started = False
     if not started:

@@ -43,7 +43,7 @@ from aml_ray.run._ray_internals import SYSTEM_CONFIG, node_start_timed_out
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
 #: Tries :func:`init_ray` gives the start of a local cluster that ends in Ray's node-start timeout.
-LOCAL_START_ATTEMPTS = 2
+LOCAL_START_ATTEMPTS = 3
 
 #: This process started the local cluster it is connected to (:func:`init_ray`; :func:`shutdown_ray`).
 _started_here = False

@@ -38,7 +38,7 @@ def _joined(warm: cluster.WarmCluster, code: str) -> subprocess.CompletedProcess
 def warm() -> Iterator[cluster.WarmCluster]:
     """``aml-ray cluster up --num-cpus 2`` in a short temp dir of its own; ``aml-ray cluster down`` after."""
     temp_dir = tempfile.mkdtemp(prefix="amlw-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    up = subprocess.run([AML_RAY, "cluster", "up", "--num-cpus", "2"], capture_output=True, text=True, timeout=300,
+    up = subprocess.run([AML_RAY, "cluster", "up", "--num-cpus", "2"], capture_output=True, text=True, timeout=600,
                         env=_env(temp_dir))
     assert up.returncode == 0, up.stdout + up.stderr
     record = cluster.read_state(temp_dir)
