@@ -55,14 +55,15 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
            "--allow-hash-mismatch"] + (["--bundles-at-once", str(args.bundles_at_once)] if args.bundles_at_once else [])
     t0, started = time.perf_counter(), time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak, runners = [0], {}
+    peak, runners, names = [0], {}, {}
 
     def poll() -> None:
         n = 0
         while proc.poll() is None:
             peak[0] = max(peak[0], _proc_status(proc.pid).get("VmHWM", 0))
-            if n % 5 == 0:  # the bundle runners' peaks, once a second
+            if n % 5 == 0:  # the bundle runners' peaks, once a second, and which bundle each runs
                 runners.update(_runner_peaks())
+                names.update(_running_bundles(out))
             n += 1
             time.sleep(0.2)
 
@@ -71,19 +72,34 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     output, _ = proc.communicate()
     wall = time.perf_counter() - t0
     watcher.join()
-    return {"wall_s": wall, "started": started, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": runners,
+    return {"wall_s": wall, "started": started, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": {names.get(pid, f"pid {pid}"): rss for pid, rss in runners.items()},
             "tail": output[-3000:]}
 
 
 def _runner_peaks() -> dict[int, int]:
-    """Peak RSS (VmHWM, bytes) of each running ``ray::BundleRunner`` process (a bundle's evaluation), by pid."""
+    """Peak RSS (VmHWM, bytes) of each running ``ray::BundleRunner`` process (a bundle's evaluation), by pid.
+
+    A child a runner forks (``subprocess`` before its ``exec``) carries the runner's title and, at first,
+    its resident pages: it is not a runner, and is left out."""
     import psutil
 
-    found = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        if (proc.info["cmdline"] or [""])[0].startswith("ray::BundleRunner"):
-            found[proc.pid] = _proc_status(proc.pid).get("VmHWM", 0)
+    titled = {proc.pid: proc.info["ppid"] for proc in psutil.process_iter(["cmdline", "ppid"])
+              if (proc.info["cmdline"] or [""])[0].startswith("ray::BundleRunner")}
+    found = {pid: _proc_status(pid).get("VmHWM", 0) for pid, parent in titled.items() if parent not in titled}
     return {pid: rss for pid, rss in found.items() if rss}
+
+
+def _running_bundles(out: Path) -> dict[int, str]:
+    """``{pid: bundle}`` of the runs under ``out`` whose run.json names the process running them."""
+    found = {}
+    for path in out.glob("*/run.json"):
+        try:
+            process = json.loads(path.read_text()).get("process") or {}
+        except (OSError, ValueError):  # being written
+            continue
+        if process.get("pid"):
+            found[int(process["pid"])] = path.parent.name
+    return found
 
 
 def utilisation(admitted: list[list[float]], start: float, wall_s: float, per_s: float, parts: int = 10) -> list[float]:
@@ -165,9 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  model calls {calls:,}, 429s {rejected} ({rejected / max(1, calls):.2%}); "
           + "; ".join(f"{k}: {v['ok']} ok, {v['tokens_charged']:,} tokens charged, peak in flight {v['max_in_flight']}"
                       for k, v in mstats.items()))
-    peaks = sorted(res["runner_peak_rss"].values())
+    peaks = sorted(res["runner_peak_rss"].items())
     print(f"  driver peak RSS {res['driver_peak_rss'] / 2**20:.0f} MiB; bundle runners' peak RSS "
-          + (", ".join(f"{v / 2**20:.0f}" for v in peaks) + " MiB" if peaks else "none (one after another in the driver)")
+          + (", ".join(f"{k} {v / 2**20:.0f}" for k, v in peaks) + " MiB" if peaks else "none (one after another in the driver)")
           + f"; participant Adds {pstats['n'].get('add', 0):,}, "
           f"Searches {pstats['n'].get('search', 0):,}, max in flight {pstats['max_in_flight']} (capacity {args.capacity})")
     for name, r in runs.items():

@@ -2,7 +2,8 @@
 
 The real openai SDK talks to it over loopback HTTP. A test sets ``server.script``: a function from
 ``(prompt_text, times_seen_before)`` to a :class:`Reply`, so behaviour can depend on the prompt (answer
-vs judge) and on whether the same prompt was sent before (fail first, then succeed).
+vs judge) and on whether the same prompt was sent before (fail first, then succeed); ``hold``, when given,
+is awaited with each prompt before its reply (a gate that holds one request until something else happened).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -31,8 +32,10 @@ class Reply:
 class FakeOpenAI:
     """The app plus what it saw: ``calls`` (prompt texts in arrival order) and ``models``."""
 
-    def __init__(self, script: Callable[[str, int], Reply] | None = None) -> None:
+    def __init__(self, script: Callable[[str, int], Reply] | None = None,
+                 hold: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.script = script or (lambda prompt, n: Reply())
+        self.hold = hold  # awaited with each prompt as it arrives, before the reply (a test's gate)
         self.calls: list[str] = []
         self.contents: list = []  # the last message's content as received (a string or multimodal parts)
         self.models: list[str] = []
@@ -53,6 +56,8 @@ class FakeOpenAI:
             self.models.append(body["model"])
             self.temperatures.append(body.get("temperature"))
             self.auth.append(request.headers.get("authorization"))
+            if self.hold is not None:
+                await self.hold(prompt)
             reply = self.script(prompt, self._seen[prompt])
             self._seen[prompt] += 1
             if reply.delay_s:

@@ -42,7 +42,7 @@ def test_job_survives_worker_node_loss(tmp_path, when):
 
     assert res["alive_nodes"] == [res["head_node"]] and res["node_dead_s"] is not None
     stages = {a["class"]: a for a in res["actors"]
-              if a["class"] in ("IngestFromFiles", "AnswerStage", "JudgeStage") or a["class"].startswith("MapWorker(")}
+              if a["class"] in ("IngestFromFiles", "AnswerJudgeStage") or a["class"].startswith("MapWorker(")}
     # both models offline: they answer and judge inside the Ingest actor (aml_ray.stages.ingest), the job's
     # only stage, which the driver calls without Ray Data (aml_ray.run.pipeline._single_stage)
     assert sorted(stages) == ["IngestFromFiles"], res["actors"]

@@ -386,8 +386,7 @@ def test_offline_models_inside_the_ingest_actor_give_the_same_rows_as_their_own_
     assert rows[True].height == 199 and rows[True].filter(pl.col("status") == "scored").height == 152
     assert rows[True].equals(rows[False])
     assert "IngestFromFiles" in started[True] and not [c for c in started[True] if c.startswith("MapWorker(")]
-    assert {"MapWorker(MapBatches(IngestFromFiles))", "MapWorker(MapBatches(AnswerStage))",
-            "MapWorker(MapBatches(JudgeStage))"} <= started[False], started
+    assert {"MapWorker(MapBatches(IngestFromFiles))", "MapWorker(MapBatches(AnswerJudgeStage))"} <= started[False], started
 
 
 def test_a_driver_error_stops_the_single_stage_actor_at_once(tmp_path, locomo_file, monkeypatch):

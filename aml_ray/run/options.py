@@ -13,6 +13,12 @@ from typing import Any
 from aml_ray.config import ModelEndpoint
 
 
+#: Rows of a model task answered together and then judged together (:class:`PipelineOptions`
+#: ``judge_slice_rows``, :mod:`aml_ray.stages.answer_judge`): one actor call to each model's client and one
+#: progress report each per slice. A slice waits for its slowest answer before it is judged; 8 rows keep
+#: that wait short while the calls stay few.
+JUDGE_SLICE_ROWS = 8
+
 #: Rows per batch of the offline answerer and judge (:meth:`PipelineOptions.model_batch_for`).
 OFFLINE_BATCH = 48
 
@@ -31,12 +37,14 @@ class PipelineOptions:
             actor runs this many tasks (one sample each) concurrently.
         batches_in_flight: tasks each Answer/Judge actor runs at once (each task is one input
             bundle whose batches run concurrently, up to 4); as many again are queued behind them.
+        judge_slice_rows: rows of a model task answered together and then judged together, while the
+            task's other slices are still being answered (:mod:`aml_ray.stages.answer_judge`).
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
         samples_per_task: samples per Ingest task; None picks one with :meth:`ingest_layout`.
         offline_models_inline: when both models are offline, answer and judge inside the Ingest actor
-            (:mod:`aml_ray.stages.ingest`); False keeps them as Ray Data operators of their own, as an
-            online model's are (the stage layout a test of those operators needs).
+            (:mod:`aml_ray.stages.ingest`); False keeps them in a Ray Data operator of their own, as an
+            online model's are (the stage layout a test of that operator needs).
         stage_scheduling: a Ray scheduling strategy for every stage actor (e.g.
             ``NodeAffinitySchedulingStrategy(node_id, soft=True)``); None: Ray Data's for its stages,
             Ray's default for a single-stage job's Ingest actor.
@@ -46,6 +54,7 @@ class PipelineOptions:
     batches_in_flight: int = 8
     offline_models_inline: bool = True
     model_batch_size: int | None = None
+    judge_slice_rows: int = JUDGE_SLICE_ROWS
     samples_per_task: int | None = None
     stage_scheduling: Any = None
 

@@ -1,10 +1,11 @@
-"""The evaluation job on Ray Data: samples -> Ingest (Adds, then Searches) -> Answer -> Judge -> evidence.
+"""The evaluation job on Ray Data: samples -> Ingest (Adds, then Searches) -> Answer and Judge -> evidence.
 
 Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_id); its chunks are
 added in order while samples run in parallel; a sample's questions are searched as soon as that
 sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
-question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through Answer and Judge with
-backpressure between operators. A retrieval-only run stops after Search.
+question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through the model stage, which judges each
+slice of a task's rows as soon as it is answered (:mod:`aml_ray.stages.answer_judge`), with backpressure
+between the two operators. A retrieval-only run stops after Search.
 
 A job whose only stage is Ingest (retrieval-only, or both models offline and answered inside the Ingest
 actor) does not go through Ray Data: the driver calls one Ingest actor itself (:func:`_single_stage`).
@@ -12,7 +13,8 @@ Ray Data's streaming executor and its helper actors (stats, actor locations, aut
 cost about 1.6 ms of CPU a question against a one-at-a-time participant and nothing for one stage
 (measured: docs/benchmarks.md). Every stage is an actor pool
 of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, docs/ray-notes.md), sending
-one actor call per batch to the ``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
+one actor call per batch (per slice, in the model stage) to the ``ParticipantClient`` / ``ModelClient`` actors
+that hold the limits.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from aml_ray.run.outcome import StageFailed  # noqa: F401 - re-exported: how the
 from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
 from aml_ray.run.ray_runtime import on_this_node, quiet_ray_data, use_arrow_ipc_serialization
-from aml_ray.stages import AnswerStage, IngestFromFiles, JudgeStage
+from aml_ray.stages import AnswerJudgeStage, IngestFromFiles
 from aml_ray.stages.ingest import PROGRESS_GROUP, PROGRESS_GROUP_SIZE
 
 if TYPE_CHECKING:  # read_questions imports it for the result: importing the pipeline right after the Ray
@@ -226,7 +228,8 @@ def _single_stage(actor, blocks: list[list[str]]) -> Iterator[pa.Table]:
 def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, tasks: int,
                      ingest_kwargs: dict[str, Any], answer: tuple[ModelEndpoint, dict[str, Any]],
                      judge: tuple[ModelEndpoint, dict[str, Any]]) -> Iterator[pa.Table]:
-    """Ingest -> Answer -> Judge as Ray Data operators (a job with an online model); yield output blocks.
+    """Ingest, then Answer and Judge in one stage, as Ray Data operators (a job with an online model); yield
+    output blocks.
 
     Args:
         opts: the throughput knobs (batch sizes, tasks at once, ``stage_scheduling``).
@@ -257,16 +260,15 @@ def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, 
     ds = ray.data.from_items([{"path": p} for p in paths], override_num_blocks=max(1, -(-len(paths) // per_task)))
     ds = ds.map_batches(IngestFromFiles, batch_size=per_task, compute=pool(tasks),
                         fn_constructor_kwargs=ingest_kwargs, **common)
-    # Ingest emits one block per task, its questions searched. Ray Data bundles blocks up to the
-    # Answer batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose
-    # stage actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
-    ds = ds.map_batches(AnswerStage, batch_size=opts.model_batch_for(answer_endpoint),
-                        compute=pool(opts.model_tasks_for(answer_endpoint)),
-                        fn_constructor_kwargs={**answer_kwargs, "warm_up": True},
-                        **common)
-    ds = ds.map_batches(JudgeStage, batch_size=opts.model_batch_for(judge_endpoint),
-                        compute=pool(opts.model_tasks_for(judge_endpoint)),
-                        fn_constructor_kwargs={**judge_kwargs, "warm_up": True},
+    # Ingest emits one block per task, its questions searched. Ray Data bundles blocks up to the model
+    # batch size (not ds.repartition(): its tasks ask for a whole CPU, which a 1-CPU node whose stage
+    # actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
+    # Answer and Judge are one operator: each slice of a task's rows is judged as soon as it is answered
+    # (aml_ray.stages.answer_judge).
+    tasks = max(opts.model_tasks_for(answer_endpoint), opts.model_tasks_for(judge_endpoint))
+    ds = ds.map_batches(AnswerJudgeStage, batch_size=opts.model_batch_for(answer_endpoint), compute=pool(tasks),
+                        fn_constructor_kwargs={"answer": answer_kwargs, "judge": judge_kwargs,
+                                               "slice_rows": opts.judge_slice_rows, "warm_up": True},
                         **common)
     yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
 

@@ -1,4 +1,5 @@
-"""The pipeline's stages as Ray Data callable classes: Ingest (Adds, then Searches) -> Answer -> Judge.
+"""The pipeline's stages as Ray Data callable classes: Ingest (Adds, then Searches) -> Answer -> Judge
+(Answer and Judge run as one operator, :mod:`aml_ray.stages.answer_judge`).
 
 Each stage receives a pyarrow batch of rows and returns one; rows are question rows of
 :data:`aml_ray.run.evidence.QUESTION_SCHEMA` (the Ingest stage turns one sample row into that sample's
@@ -22,14 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aml_ray.stages.answer import AnswerStage
+    from aml_ray.stages.answer_judge import AnswerJudgeStage
     from aml_ray.stages.ingest import IngestFromFiles, IngestStage
     from aml_ray.stages.judge_stage import JudgeStage
 
-_MODULES = {"AnswerStage": "aml_ray.stages.answer", "IngestStage": "aml_ray.stages.ingest",
+_MODULES = {"AnswerStage": "aml_ray.stages.answer", "AnswerJudgeStage": "aml_ray.stages.answer_judge", "IngestStage": "aml_ray.stages.ingest",
             "IngestFromFiles": "aml_ray.stages.ingest",
             "JudgeStage": "aml_ray.stages.judge_stage"}
 
-__all__ = ["AnswerStage", "IngestFromFiles", "IngestStage", "JudgeStage"]
+__all__ = ["AnswerJudgeStage", "AnswerStage", "IngestFromFiles", "IngestStage", "JudgeStage"]
 
 
 def __getattr__(name: str) -> Any:
