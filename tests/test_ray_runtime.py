@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from aml_ray.run.evidence import QUESTION_SCHEMA, empty_question_row, to_table
-from aml_ray.run.ray_runtime import ACTOR_GC_THRESHOLDS, _table_to_ipc, tune_actor_process, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import (ACTOR_GC_THRESHOLDS, LOCAL_START_ATTEMPTS, _table_to_ipc, tune_actor_process,
+                                    use_arrow_ipc_serialization)
 
 
 def _questions(n: int) -> pa.Table:
@@ -258,7 +259,8 @@ def test_a_local_start_that_hits_rays_node_timeout_is_made_again_without_the_fir
     assert out.returncode == 0, out.stderr[-3000:]
     said = json.loads(out.stdout.strip().splitlines()[-1])
     assert said == {"started": True, "calls": ["local", "local"], "answer": 42, "left_exit": -9}, said
-    assert "did not start" in out.stderr and "start 1 of 3, starting again" in out.stderr, out.stderr[-2000:]
+    assert "did not start" in out.stderr and f"start 1 of {LOCAL_START_ATTEMPTS}, starting again" in out.stderr, \
+        out.stderr[-2000:]
 
 
 def test_a_local_start_that_fails_otherwise_is_not_made_again(monkeypatch):

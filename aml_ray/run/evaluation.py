@@ -38,6 +38,7 @@ from aml_ray.run.injection import integrity_summary
 from aml_ray.run.memory_checks import RunningChecks, memory_checks
 from aml_ray.run.options import PipelineOptions
 from aml_ray.run.outcome import StageFailed, run_outcome
+from aml_ray.run.progress import NeverLower
 from aml_ray.run.preflight import PreflightFailed, StartedPreflight, start_preflight
 from aml_ray.run.provenance import code_provenance
 from aml_ray.run.reopen import plan_reopen
@@ -287,7 +288,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
 
     Args:
         cfg: the evaluation's configuration.
-        on_progress: called with ``("totals", {...})`` once, then ``("done", {stage: n})`` as work finishes.
+        on_progress: called with ``("totals", {...})`` once, then ``("done", {stage: n})`` as work finishes;
+            a stage's done count is never lower than one handed on before (:class:`aml_ray.run.progress.NeverLower`).
         num_cpus: CPUs for a local Ray cluster started here (ignored when Ray is already running).
         preflight: the run's pre-flight, already started by the caller
             (:func:`aml_ray.run.preflight.start_preflight` with ``cfg.run_id`` and the dataset's name: the
@@ -322,6 +324,8 @@ def evaluate(cfg: EvaluationConfig, *, on_progress: Callable[[str, dict[str, int
     says ``failed`` with its one-line cause (:func:`mark_failed`): no run is left ``running`` by its process.
     """
     command_t0 = command_clock.started_at()  # wall_s covers the whole command (WALL_COVERS)
+    if on_progress is not None:
+        on_progress = NeverLower(on_progress)
     try:
         return _evaluate(cfg, on_progress=on_progress, num_cpus=num_cpus, command_t0=command_t0, preflight=preflight,
                          own_cluster=own_cluster)

@@ -196,3 +196,30 @@ class ProgressBuffer:
     def _send_if_due(self) -> None:
         if self.clock() - self._sent_at >= self.interval_s:
             self.flush()
+
+
+class NeverLower:
+    """A run's ``on_progress`` whose ``("done", {stage: n})`` counts never go below counts handed on before:
+    each call hands on every stage counted so far, at the highest count seen.
+
+    A run's done counts reach the caller from two threads: the head start's Adds (from its thread) and the
+    tracker's snapshots (from the driver's poller), and a snapshot taken before a newer one can arrive after it
+    (a Ray call slowed by a loaded machine). Every count is cumulative, so the highest seen is the truth; handed
+    on as it came, a late count made a service job's progress drop. Thread-safe: counts are merged and handed on under one lock, so the caller sees them in order.
+
+    Args:
+        on_progress: the caller's ``(kind, values)`` callback (:func:`aml_ray.run.evaluation.evaluate`'s);
+            ``"totals"`` and other kinds pass unchanged.
+    """
+
+    def __init__(self, on_progress: Callable[[str, dict[str, int]], None]) -> None:
+        self._on_progress = on_progress
+        self._done: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, values: dict[str, int]) -> None:
+        with self._lock:
+            if kind == "done":
+                self._done.update((stage, max(n, self._done.get(stage, 0))) for stage, n in values.items())
+                values = dict(self._done)
+            self._on_progress(kind, values)

@@ -42,8 +42,11 @@ from aml_ray.run._ray_internals import SYSTEM_CONFIG, node_start_timed_out
 #: The environment of a cluster this process starts (``RAY_AUTH_MODE`` never reaches a cluster it joins).
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
-#: Tries :func:`init_ray` gives the start of a local cluster that ends in Ray's node-start timeout.
-LOCAL_START_ATTEMPTS = 3
+#: Tries :func:`init_ray` (and ``aml-ray cluster up``) gives the start of a local cluster that ends in Ray's
+#: node-start timeout. Each such start costs about 45 s; three all ran out on a 2-core machine at load 15-21 (two
+#: CPU hogs beside the test suite), where the raylet gave up on its dashboard agent, whose Python start needs
+#: about 2 s of CPU, after its fixed 15 s, and the load came and went between starts.
+LOCAL_START_ATTEMPTS = 5
 
 #: This process started the local cluster it is connected to (:func:`init_ray`; :func:`shutdown_ray`).
 _started_here = False
@@ -97,8 +100,8 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
     Raises:
         Exception: Ray's node-start timeout on the last of :data:`LOCAL_START_ATTEMPTS` starts of a local
             cluster. Ray waits a fixed 30 s for the node it starts to register (no setting changes it:
-            :mod:`aml_ray.run._ray_internals`), which a loaded machine can exceed while the raylet waits for
-            its agents; each start that ends so is logged as a warning, its processes are killed
+            :mod:`aml_ray.run._ray_internals`), and the raylet a fixed 15 s for its agents' ports, which a
+            loaded machine can exceed (the raylet then aborts); each start that ends so is logged as a warning, its processes are killed
             (:func:`_start_processes`) and the start is made again, in a new session dir.
         Whatever else ``ray.init`` raises, at once.
     """

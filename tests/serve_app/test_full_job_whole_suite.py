@@ -113,6 +113,14 @@ def test_a_full_job_over_every_present_bundle_completes_and_reaches_review(servi
     assert widths == {1280: 0, 390: 0}
 
 
+def _live_state(page) -> list[str]:
+    """``[status, progress, current bundle or ""]`` as the job page shows them at one moment: its live part is
+    replaced as a whole at every poll, so an element found by one read can be gone at the next (the
+    ``#current-bundle`` of a bundle that has just ended)."""
+    return page.evaluate("""() => ['#status', '#progress', '#current-bundle'].map(
+        (id) => { const e = document.querySelector(id); return e ? e.innerText : ''; })""")
+
+
 def test_a_full_job_that_fails_on_one_bundle_shows_the_others_and_names_it(service, browser):
     base, database_url, tmp = service
     api = Api(base)
@@ -137,11 +145,9 @@ def test_a_full_job_that_fails_on_one_bundle_shows_the_others_and_names_it(servi
         page.goto(f"{base}/evaluate/jobs/{job_id}")
         seen: list[tuple[float, str]] = []  # (overall progress shown, current bundle shown)
         deadline = time.monotonic() + 900
-        while page.locator("#status").inner_text() in ("queued", "running"):
+        while (state := _live_state(page))[0] in ("queued", "running"):
             assert time.monotonic() < deadline, "the job did not end within 900 s"
-            current = page.locator("#current-bundle")
-            seen.append((float(page.locator("#progress").inner_text().rstrip("%")),
-                         current.inner_text() if current.count() else ""))
+            seen.append((float(state[1].rstrip("%")), state[2]))
             page.wait_for_timeout(250)
     shown = [p for p, _ in seen]
     assert shown == sorted(shown), shown  # never drops, also when the next bundle starts
