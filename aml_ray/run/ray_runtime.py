@@ -43,9 +43,9 @@ from aml_ray.run._ray_internals import SYSTEM_CONFIG, node_start_timed_out
 QUIET_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DEDUP_LOGS": "0"}
 
 #: Tries :func:`init_ray` (and ``aml-ray cluster up``) gives the start of a local cluster that ends in Ray's
-#: node-start timeout. Each such start costs about 45 s; three all ran out on a 2-core machine at load 15-21 (two
-#: CPU hogs beside the test suite), where the raylet gave up on its dashboard agent, whose Python start needs
-#: about 2 s of CPU, after its fixed 15 s, and the load came and went between starts.
+#: node-start timeout. Each such start costs about 45 s. The raylet gives its dashboard agent a fixed 15 s to
+#: start (a Python process: importing ``ray.dashboard.agent`` alone is 0.6 s of CPU), which a 2-core machine at
+#: load 15-21 exceeded three starts in a row; the load comes and goes, so a start made again can get through.
 LOCAL_START_ATTEMPTS = 5
 
 #: This process started the local cluster it is connected to (:func:`init_ray`; :func:`shutdown_ray`).
