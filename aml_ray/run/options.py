@@ -58,6 +58,15 @@ class PipelineOptions:
     samples_per_task: int | None = None
     stage_scheduling: Any = None
 
+    def __post_init__(self) -> None:
+        """Refuse a slice size the model stage could not cut (before any Ray start or request).
+
+        Raises:
+            ValueError: ``judge_slice_rows`` below 1, naming the field.
+        """
+        if self.judge_slice_rows < 1:
+            raise ValueError(f"PipelineOptions.judge_slice_rows must be 1 or more rows, got {self.judge_slice_rows}")
+
     def ingest_layout(self, n_samples: int, *, retrieval_only: bool = False) -> tuple[int, int]:
         """``(samples per Ingest task, Ingest tasks at once)`` for a run of ``n_samples``.
 

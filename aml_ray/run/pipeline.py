@@ -265,8 +265,9 @@ def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, 
     # actors hold 0.1 never has; measured: a 2-node run of 1 CPU each stalled before the first Answer).
     # Answer and Judge are one operator: each slice of a task's rows is judged as soon as it is answered
     # (aml_ray.stages.answer_judge).
-    tasks = max(opts.model_tasks_for(answer_endpoint), opts.model_tasks_for(judge_endpoint))
-    ds = ds.map_batches(AnswerJudgeStage, batch_size=opts.model_batch_for(answer_endpoint), compute=pool(tasks),
+    model_tasks = max(opts.model_tasks_for(answer_endpoint), opts.model_tasks_for(judge_endpoint))
+    ds = ds.map_batches(AnswerJudgeStage, batch_size=opts.model_batch_for(answer_endpoint),
+                        compute=pool(model_tasks),
                         fn_constructor_kwargs={"answer": answer_kwargs, "judge": judge_kwargs,
                                                "slice_rows": opts.judge_slice_rows, "warm_up": True},
                         **common)

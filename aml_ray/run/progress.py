@@ -205,7 +205,8 @@ class NeverLower:
     A run's done counts reach the caller from two threads: the head start's Adds (from its thread) and the
     tracker's snapshots (from the driver's poller), and a snapshot taken before a newer one can arrive after it
     (a Ray call slowed by a loaded machine). Every count is cumulative, so the highest seen is the truth; handed
-    on as it came, a late count made a service job's progress drop. Thread-safe: counts are merged and handed on under one lock, so the caller sees them in order.
+    on as it came, a late count made a service job's progress drop. Thread-safe: counts are merged and handed
+    on under one lock, so the caller sees them in order.
 
     Args:
         on_progress: the caller's ``(kind, values)`` callback (:func:`aml_ray.run.evaluation.evaluate`'s);

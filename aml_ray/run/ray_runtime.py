@@ -101,8 +101,9 @@ def init_ray(*, num_cpus: int | None = None, address: str | None = None) -> bool
         Exception: Ray's node-start timeout on the last of :data:`LOCAL_START_ATTEMPTS` starts of a local
             cluster. Ray waits a fixed 30 s for the node it starts to register (no setting changes it:
             :mod:`aml_ray.run._ray_internals`), and the raylet a fixed 15 s for its agents' ports, which a
-            loaded machine can exceed (the raylet then aborts); each start that ends so is logged as a warning, its processes are killed
-            (:func:`_start_processes`) and the start is made again, in a new session dir.
+            loaded machine can exceed (the raylet then aborts); each start that ends so is logged as a
+            warning, its processes are killed (:func:`_start_processes`) and the start is made again, in a
+            new session dir.
         Whatever else ``ray.init`` raises, at once.
     """
     import ray

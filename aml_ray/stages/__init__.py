@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from aml_ray.stages.ingest import IngestFromFiles, IngestStage
     from aml_ray.stages.judge_stage import JudgeStage
 
-_MODULES = {"AnswerStage": "aml_ray.stages.answer", "AnswerJudgeStage": "aml_ray.stages.answer_judge", "IngestStage": "aml_ray.stages.ingest",
-            "IngestFromFiles": "aml_ray.stages.ingest",
+_MODULES = {"AnswerStage": "aml_ray.stages.answer", "AnswerJudgeStage": "aml_ray.stages.answer_judge",
+            "IngestStage": "aml_ray.stages.ingest", "IngestFromFiles": "aml_ray.stages.ingest",
             "JudgeStage": "aml_ray.stages.judge_stage"}
 
 __all__ = ["AnswerJudgeStage", "AnswerStage", "IngestFromFiles", "IngestStage", "JudgeStage"]

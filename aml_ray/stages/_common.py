@@ -30,7 +30,7 @@ def warm_in_background(warm: Callable[[], None], name: str) -> threading.Thread:
 
 
 def report(tracker, stage: str, n: int) -> None:
-    """Fire-and-forget progress count (once per batch, never per row)."""
+    """Fire-and-forget progress count (once per batch, or per slice of one in the model stage; never per row)."""
     if tracker is not None and n:
         tracker.incr.remote(stage, n)
 

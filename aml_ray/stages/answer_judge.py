@@ -31,7 +31,8 @@ class AnswerJudgeStage:
     Args:
         answer: :class:`~aml_ray.stages.answer.AnswerStage`'s constructor arguments.
         judge: :class:`~aml_ray.stages.judge_stage.JudgeStage`'s constructor arguments.
-        slice_rows: rows answered and then judged together (>= 1; default :data:`~aml_ray.run.options.JUDGE_SLICE_ROWS`).
+        slice_rows: rows answered and then judged together (>= 1; default
+            :data:`~aml_ray.run.options.JUDGE_SLICE_ROWS`).
         warm_up: passed to both stages (their one-time work in threads of their own, started here).
 
     Raises:

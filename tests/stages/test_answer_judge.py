@@ -92,3 +92,9 @@ def test_a_slice_of_no_rows_is_refused():
 
     with pytest.raises(ValueError, match="slice_rows must be >= 1, got 0"):
         AnswerJudgeStage({}, {}, slice_rows=0)
+
+
+def test_pipeline_options_refuse_a_slice_of_no_rows_before_anything_runs():
+    with pytest.raises(ValueError, match="PipelineOptions.judge_slice_rows must be 1 or more rows, got 0"):
+        PipelineOptions(judge_slice_rows=0)
+    assert PipelineOptions().judge_slice_rows == 8
