@@ -39,6 +39,9 @@ from bench_pipeline import _proc_status  # noqa: E402
 from loopback_servers import ServerProcess  # noqa: E402
 
 ANSWER_MODEL, JUDGE_MODEL = "gpt-4o-mini", "gpt-4o"
+#: The endpoint tags each call with its prompt's first words: each bundle's answer and judge prompts open
+#: differently, so a tag names a bundle's role.
+PROMPT_TAG = r"\A\W*(\w+(?:\W+\w+){0,5})"
 
 
 def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, Any]:
@@ -150,12 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     part_flags = ["--latency-ms", str(args.search_ms * args.service_scale),
                   "--add-latency-ms", str(args.add_ms * args.service_scale), "--capacity", str(args.capacity)]
     model_flags = ["--p50-ms", str(args.p50_ms), "--p99-ms", str(args.p99_ms), "--rpm", str(args.rpm),
-                   "--tpm", str(args.tpm), "--time-scale", str(args.time_scale), "--window-s", "60"]
+                   "--tpm", str(args.tpm), "--time-scale", str(args.time_scale), "--window-s", "60",
+                   "--tag-regex", PROMPT_TAG]
     keep = Path(tempfile.mkdtemp(prefix="bench_suite_keep_"))
     with tempfile.TemporaryDirectory(prefix="bench_suite_") as tmp, \
             ServerProcess("participant", *part_flags) as part, ServerProcess("hosted", *model_flags) as model:
         res = run_suite(args, part.base_url, model.base_url, Path(tmp) / "suite")
-        pstats, mstats = part.stats(), model.stats()["models"]
+        pstats, hosted = part.stats(), model.stats()
+        mstats = hosted["models"]
         runs = bundle_runs(Path(tmp) / "suite")
         (keep / "suite.json").write_text((Path(tmp) / "suite" / "suite.json").read_text()
                                          if (Path(tmp) / "suite" / "suite.json").exists() else "{}")
@@ -177,6 +182,14 @@ def main(argv: list[str] | None = None) -> None:
     for model, st in mstats.items():
         print(f"  {model} tokens charged per tenth of the wall, as a share of its TPM: "
               + " ".join(f"{u:.0%}" for u in utilisation(st.get("admitted", []), res["started"], res["wall_s"],
+                                                          args.tpm / 60 / args.time_scale)))
+    by_tag: dict[str, list] = {}
+    for arrival, _done, _kind, tag, status, cost in hosted.get("calls", []):
+        if status == 200:
+            by_tag.setdefault(tag, []).append((arrival, cost))
+    for tag, admitted in sorted(by_tag.items(), key=lambda kv: -sum(c for _, c in kv[1])):
+        print(f"    {tag[:40]!r:<42} {sum(c for _, c in admitted):>9,} tokens; per tenth, share of a model's TPM: "
+              + " ".join(f"{u:.0%}" for u in utilisation(admitted, res["started"], res["wall_s"],
                                                           args.tpm / 60 / args.time_scale)))
     print(f"  model calls {calls:,}, 429s {rejected} ({rejected / max(1, calls):.2%}); "
           + "; ".join(f"{k}: {v['ok']} ok, {v['tokens_charged']:,} tokens charged, peak in flight {v['max_in_flight']}"

@@ -18,6 +18,7 @@ client estimates it and the benchmark endpoint (``scripts/model_endpoint.py``) c
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiolimiter import AsyncLimiter
@@ -77,6 +78,13 @@ class RequestBudget:
     A request dearer than the token bucket's capacity pays in bucket-sized parts before it is sent, so
     the tokens/minute rate holds for requests of any size.
 
+    Requests are admitted in the order they ask (one waits on the buckets at a time, behind an
+    ``asyncio.Lock``, which wakes its waiters first come, first served). Left to the buckets, freed
+    tokens go to the smallest waiting request (aiolimiter's order), so while shorter prompts keep
+    arriving a longer one waits without end: the bundle of a suite with the longer prompts sat out the
+    middle of the run (docs/benchmarks.md). The model client asks in the order its fair slots grant
+    (:mod:`aml_ray.actors.fair`), so that order holds for the tokens too.
+
     Raises:
         ValueError: a limit that is not positive, ``window_s`` outside (0, 60], ``headroom`` outside [0, 0.5).
     """
@@ -92,6 +100,7 @@ class RequestBudget:
         self.window_s, self.headroom = window_s, headroom
         self._rpm = self._bucket(rpm, window_s, headroom, least=1.0) if rpm else None
         self._tpm = self._bucket(tpm, window_s, headroom, least=1.0) if tpm else None
+        self._turn: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     @staticmethod
     def _bucket(limit: float, window_s: float, headroom: float, least: float) -> AsyncLimiter:
@@ -105,13 +114,19 @@ class RequestBudget:
         return self._tpm is not None
 
     async def acquire(self, tokens: int = 0) -> None:
-        """Wait until one more request and ``tokens`` more tokens fit, then take them (tokens in
-        bucket-sized parts when they exceed the bucket)."""
-        if self._rpm is not None:
-            await self._rpm.acquire()
-        if self._tpm is not None:
-            left = float(tokens)
-            while left > 0:
-                part = min(left, self._tpm.max_rate)
-                await self._tpm.acquire(part)
-                left -= part
+        """Wait for this request's turn (first come, first served), then until one more request and
+        ``tokens`` more tokens fit, and take them (tokens in bucket-sized parts when they exceed the bucket)."""
+        if self._rpm is None and self._tpm is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._turn is None or self._turn[0] is not loop:  # a lock waits in one loop (a client reused by
+            self._turn = (loop, asyncio.Lock())  # asyncio.run after asyncio.run gets one per loop)
+        async with self._turn[1]:
+            if self._rpm is not None:
+                await self._rpm.acquire()
+            if self._tpm is not None:
+                left = float(tokens)
+                while left > 0:
+                    part = min(left, self._tpm.max_rate)
+                    await self._tpm.acquire(part)
+                    left -= part
