@@ -19,6 +19,10 @@ from aml_ray.config import ModelEndpoint
 #: that wait short while the calls stay few.
 JUDGE_SLICE_ROWS = 8
 
+#: Rounds of an online endpoint's concurrency (``max_in_flight``) the model stage holds at once, across its
+#: tasks (:meth:`PipelineOptions.model_tasks_for`).
+MODEL_ROUNDS_IN_FLIGHT = 8
+
 #: Rows per batch of the offline answerer and judge (:meth:`PipelineOptions.model_batch_for`).
 OFFLINE_BATCH = 48
 
@@ -120,10 +124,22 @@ class PipelineOptions:
         Rows taken in by a model stage wait in the endpoint's FIFO semaphore; if the stage takes in
         far more than the endpoint serves at once, every task's last rows queue behind all the others
         and no task finishes until nearly all do (measured: the first Judge long after the first
-        Answer; docs/benchmarks.md). About four rounds of the endpoint's concurrency are enough to keep
-        it busy between tasks. Offline stages are CPU work: ``batches_in_flight``.
+        Answer; docs/benchmarks.md). Eight rounds of the endpoint's concurrency (two tasks at 32 in
+        flight and 64-row batches: 4 tasks) keep a buffer of answered rows: when the judge model is
+        the one at its limit, the tasks' rows wait for it, and with four rounds (2 tasks) the answer
+        model sat at half its budget until they were judged (docs/benchmarks.md, the suite's tenths).
+        Offline stages are CPU work: ``batches_in_flight``.
+
+        Examples:
+            >>> from aml_ray.config import ModelEndpoint
+            >>> ep = ModelEndpoint(role="answer", base_url="http://m/v1", model="m", max_in_flight=32)
+            >>> PipelineOptions().model_batch_for(ep), PipelineOptions().model_tasks_for(ep)
+            (64, 4)
+            >>> PipelineOptions().model_tasks_for(ModelEndpoint(role="answer", base_url="http://m/v1", model="m",
+            ...                                                 max_in_flight=4))
+            2
         """
         if endpoint.offline:
             return self.batches_in_flight
         batch = self.model_batch_for(endpoint)
-        return max(2, min(self.batches_in_flight, -(-4 * endpoint.max_in_flight // batch)))
+        return max(2, min(self.batches_in_flight, -(-MODEL_ROUNDS_IN_FLIGHT * endpoint.max_in_flight // batch)))
