@@ -38,6 +38,10 @@ class DatasetSpec:
         scorer: the registered scoring contract (:mod:`aml_ray.stages.scorers`).
         data_kind: what ``--data`` names for this adapter: ``"file"``, ``"directory"`` or
             ``"file or directory"`` (:data:`DATA_KINDS`).
+        operator_input: the data is the operator's own, not a published file a suite checks against its
+            pins (ScriptMem's scripts), and :attr:`resolve` costs no more than reading small files: a suite
+            resolves it while it plans, and skips the bundle there when an input is missing
+            (:func:`aml_ray.run.suite_run.evaluate_suite`), starting nothing for it.
     """
 
     name: str
@@ -50,6 +54,7 @@ class DatasetSpec:
     category_names: dict[str, str] = field(default_factory=dict)
     scorer: str = "binary_judge"
     data_kind: str = "file"
+    operator_input: bool = False
 
     def __post_init__(self) -> None:
         if self.data_kind not in DATA_KINDS:
@@ -202,6 +207,7 @@ DATASETS: dict[str, DatasetSpec] = {
         category_names=scriptmem.CATEGORY_NAMES,
         scorer="option_match",
         data_kind="file or directory",
+        operator_input=True,
     ),
     **_bundle_datasets(),
 }

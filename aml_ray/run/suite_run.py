@@ -322,6 +322,23 @@ def run_bundle(outcome: BundleOutcome, suite: Any, bundle: Any, cfg: EvaluationC
     return outcome
 
 
+def _operator_input_missing(bundle: Any, data_path: Path, allow_hash_mismatch: bool) -> str | None:
+    """Why a bundle whose data is the operator's own (:attr:`~aml_ray.datasets.registry.DatasetSpec.operator_input`)
+    cannot run, its adapter's ``FileNotFoundError`` (e.g. ScriptMem's published placeholder); None when the
+    input is there, or the bundle's dataset is a published one (its run resolves it)."""
+    from aml_ray.config import cache_dir
+    from aml_ray.datasets.registry import DATASETS
+
+    spec = DATASETS[bundle.dataset]
+    if not spec.operator_input:
+        return None
+    try:
+        spec.resolve(data_path, cache_dir(), allow_hash_mismatch)
+    except FileNotFoundError as exc:
+        return str(exc)
+    return None
+
+
 def evaluate_suite(cfg: SuiteConfig, *,
                    on_bundle: Callable[[str, BundleOutcome | dict[str, Any]], None] | None = None,
                    on_progress: Callable[[str, str, dict[str, int]], None] | None = None,
@@ -330,7 +347,8 @@ def evaluate_suite(cfg: SuiteConfig, *,
 
     Bundles are taken in suite order. A bundle is skipped, with a reason, when its files are absent, no
     adapter is registered for it, its adapter reports a missing input (``FileNotFoundError``, e.g.
-    ScriptMem's unpublished scripts), or it is a ``substitute_for`` bundle whose primary is present. A
+    ScriptMem's unpublished scripts: found while the suite plans for a dataset whose data is the
+    operator's own, else when its run starts), or it is a ``substitute_for`` bundle whose primary is present. A
     bundle whose files or counts differ from the suite is refused (``failed``), unless hash mismatches
     are allowed. A bundle that fails (a contract error, a leak, the participant gone, an internal error) is
     that bundle's outcome, ``failed`` with a one-line reason; the other bundles go on, and Overall names the
@@ -388,6 +406,8 @@ def evaluate_suite(cfg: SuiteConfig, *,
             outcome.reason = check.summary()
         elif check.status == "mismatch" and not cfg.allow_hash_mismatch:
             outcome.status, outcome.reason = "failed", f"refused: {check.summary()}"
+        elif (missing := _operator_input_missing(bundle, check.data_path, cfg.allow_hash_mismatch)) is not None:
+            outcome.reason = f"input missing: {missing}"
         else:
             plans.append(Planned(outcome, suite, bundle, _bundle_config(cfg, suite, bundle, check.data_path, out)))
             continue

@@ -63,6 +63,31 @@ def test_a_bundle_that_fails_is_its_own_and_the_others_run_and_score(tmp_path):
     assert saved["overall"]["lacks"] == ["locomo"]
 
 
+@pytest.mark.usefixtures("ray_session")
+def test_a_bundle_whose_operator_input_is_the_published_placeholder_is_skipped_before_it_starts(tmp_path):
+    """ScriptMem's scripts are unpublished: the datasets directory holds the placeholder. The suite skips the
+    bundle while it plans, as it skips an absent one: no runner starts for it ("start" is never reported)."""
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.suite_run import SuiteConfig, evaluate_suite
+
+    events: list[tuple[str, str, str | None]] = []
+
+    def on_bundle(kind, what):
+        name = what["name"] if isinstance(what, dict) else what.name
+        events.append((kind, name, None if isinstance(what, dict) else what.status))
+
+    nobody = ParticipantSpec(add_url="http://127.0.0.1:9/add", search_url="http://127.0.0.1:9/search")  # never called
+    cfg = SuiteConfig(participant=nobody, answer=model_endpoint_from_env("answer", {}),
+                      judge=model_endpoint_from_env("judge", {}), out_dir=tmp_path / "suite",
+                      datasets_dir=SHARED_DATASETS, limit_samples=1, bundles=["scriptmem"])
+    result = evaluate_suite(cfg, on_bundle=on_bundle)
+    (outcome,) = result.outcomes
+    assert events == [("done", "scriptmem", "skipped")]
+    assert outcome.reason.startswith("input missing: ScriptMem: ") and "published placeholder" in outcome.reason
+    assert outcome.wall_s == 0 and not (tmp_path / "suite" / "scriptmem").exists()
+
+
 def test_docstring_examples_of_the_suite_module():
     """overall_of's Overall and its `lacks`, one_line's folding (no Ray)."""
     import doctest
