@@ -10,7 +10,8 @@ capacity (cycling through ``--capacities``); the answer and judge models are the
 Per participant it prints the job's wall against its own bound, the larger of its participant's busy
 time at its capacity ((Adds + Searches) x latency / capacity) and its fair share of the model budget
 (its tokens charged, per model, at TPM / N: every job has the same questions), and the ratio; then the
-fairness figure (the largest ratio; the target is 1.2) and the aggregate throughput (questions/s).
+fairness figure (the largest ratio; the target is 1.2), the aggregate throughput (questions/s) and each
+model's tokens charged per tenth of the wall against its TPM.
 
     .venv/bin/python scripts/bench_many_participants.py --n 1 4 8
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_suite import utilisation  # noqa: E402
 from drill_many_participants import JobPlan, _run_job  # noqa: E402
 from loopback_servers import ServerProcess  # noqa: E402
 
@@ -69,11 +71,16 @@ def one_round(args, n: int) -> dict[str, Any]:
         pstats = [s.stats() for s in parts]
         mstats = model.stats()
     tokens: dict[str, dict[str, int]] = {}
+    admitted: dict[str, list[tuple[float, int]]] = {}
+    first_call: dict[str, float] = {}  # each job's first model call admitted (the endpoint's monotonic clock)
     for arrival, done, kind, tag, status, cost in mstats["calls"]:
         if status == 200:
             tokens.setdefault(tag, {}).setdefault(kind, 0)
             tokens[tag][kind] += cost
+            admitted.setdefault(kind, []).append((arrival, cost))
+            first_call[tag] = min(first_call.get(tag, arrival), arrival)
     per_s = args.tpm / 60 / ts
+    tenths = {kind: utilisation(calls, t0, wall, per_s) for kind, calls in sorted(admitted.items())}
     jobs = []
     for p, st in zip(plans, pstats):
         rec = records[p.name]
@@ -83,9 +90,10 @@ def one_round(args, n: int) -> dict[str, Any]:
         w = rec.get("end", time.monotonic()) - rec.get("start", t0)
         jobs.append({"name": p.name, "capacity": p.max_in_flight, "wall_s": w, "busy_s": busy, "model_share_s": share,
                      "bound_s": b, "ratio": w / b if b else float("nan"), "scored": rec.get("scored"),
-                     "error": rec.get("error"), "over_capacity": st["over_capacity"]})
+                     "error": rec.get("error"), "over_capacity": st["over_capacity"],
+                     "first_call_s": first_call.get(p.name, float("nan")) - t0})
     models = mstats["models"]
-    return {"n": n, "wall_s": wall, "jobs": jobs, "questions": n * args.samples * args.questions,
+    return {"n": n, "wall_s": wall, "jobs": jobs, "questions": n * args.samples * args.questions, "tenths": tenths,
             "calls": sum(m["calls"] for m in models.values()), "rejected": sum(m["rejected_429"] for m in models.values())}
 
 
@@ -133,10 +141,13 @@ def rounds(args) -> None:
         print(f"N={n}: wall {r['wall_s']:.1f} s, {r['questions'] / r['wall_s']:.1f} questions/s in all; "
               f"429s {r['rejected']} / {r['calls']} model calls; fairness (largest wall / own bound) {worst:.2f}; "
               f"load {load0:.1f} -> {os.getloadavg()[0]:.1f}")
+        for kind, shares in r["tenths"].items():
+            print(f"  {kind} model's tokens charged per tenth of the wall, as a share of its TPM: "
+                  + " ".join(f"{u:.0%}" for u in shares))
         for j in r["jobs"]:
             print(f"  {j['name']} capacity {j['capacity']:>2}: wall {j['wall_s']:6.1f} s = {j['ratio']:.2f} x bound "
                   f"{j['bound_s']:.1f} s (participant busy {j['busy_s']:.1f} s, model share {j['model_share_s']:.1f} s); "
-                  f"scored {j['scored']}, over capacity {j['over_capacity']}" + (f"; {j['error']}" if j["error"] else ""))
+                  f"first model call at {j['first_call_s']:.1f} s; scored {j['scored']}, over capacity {j['over_capacity']}" + (f"; {j['error']}" if j["error"] else ""))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from aml_ray.models.pricing import estimate_cost_usd
 from aml_ray.models.rate_limits import RequestBudget, request_tokens
 from aml_ray.run.ray_runtime import tune_actor_process
 from aml_ray.retry import MODEL_RETRY_STATUSES, RetryPolicy, TransientError, parse_retry_after
+from aml_ray.warming import warm_in_background
 
 if TYPE_CHECKING:
     import openai
@@ -100,6 +101,16 @@ class ModelClient:
         self._slots: FairSlots | None = None
         self._budget = RequestBudget(endpoint.rpm, endpoint.tpm, endpoint.rate_window_s, endpoint.rate_headroom)
         self._cache = AnswerCache(Path(endpoint.cache_path)) if endpoint.cache_path else None
+        if in_actor:  # the actor starts with the pipeline's stages and waits seconds for its first request
+            warm_in_background(self.warm, "model-client-warm-up")
+
+    def warm(self) -> None:
+        """Do the first request's one-time work now: with a tokens/minute limit, every request's tokens are
+        counted before it is sent (:func:`~aml_ray.models.rate_limits.request_tokens`), and the first count
+        builds the model's tokenizer (:func:`aml_ray.models.tokens.encoding_for`, about 0.5 s of CPU: on 2
+        busy cores, seconds before the first answer went out; docs/benchmarks.md)."""
+        if self._budget.counts_tokens:
+            request_tokens([{"role": "user", "content": "warm"}], 0, self.endpoint.model)
 
     def _ensure(self) -> openai.AsyncOpenAI:
         if self._client is None:

@@ -46,7 +46,7 @@ from aml_ray.prompts import load_prompt
 from aml_ray.run.head_start import HeadStart
 from aml_ray import command_clock, interrupts
 from aml_ray.run.ray_runtime import init_ray, shutdown_ray, started_here
-from aml_ray.stages._common import warm_in_background
+from aml_ray.warming import warm_in_background
 from aml_ray.stages.answer import DEFAULT_CONTEXT_BUDGET
 from aml_ray.suite import path_sha256, verify_loaded_bundle
 

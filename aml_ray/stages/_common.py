@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,21 +11,6 @@ import pyarrow.compute as pc
 from aml_ray.actors.participant import ParticipantError
 from aml_ray.contract import ContractError
 from aml_ray.run.evidence import QUESTION_SCHEMA, RETRIEVED, SEARCH_COLUMNS
-
-
-def warm_in_background(warm: Callable[[], None], name: str) -> threading.Thread:
-    """Run ``warm`` (a stage's or the run's tail's one-time imports and tables) in a daemon thread named
-    ``name``, started now; an error in it is left for the first use, which does the same work and raises
-    it there."""
-    def run() -> None:
-        try:
-            warm()
-        except Exception:  # noqa: BLE001 - the first batch repeats the work and raises
-            pass
-
-    thread = threading.Thread(target=run, daemon=True, name=name)
-    thread.start()
-    return thread
 
 
 def report(tracker, stage: str, n: int) -> None:

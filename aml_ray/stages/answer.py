@@ -30,7 +30,8 @@ from aml_ray.models.offline import extractive_answer
 from aml_ray.models.tokens import count_tokens, head_tokens
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
-from aml_ray.stages._common import report, table_with, warm_in_background
+from aml_ray.stages._common import report, table_with
+from aml_ray.warming import warm_in_background
 
 #: Default context budget of the answer prompt's memories, in tokens.
 DEFAULT_CONTEXT_BUDGET = 16_000

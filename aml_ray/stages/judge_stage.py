@@ -14,7 +14,8 @@ from aml_ray.config import ModelEndpoint
 from aml_ray.prompts import Prompt, load_prompt
 from aml_ray.run.ray_runtime import tune_actor_process, use_arrow_ipc_serialization
 from aml_ray.scoring import bleu1, token_f1
-from aml_ray.stages._common import report, table_with, warm_in_background
+from aml_ray.stages._common import report, table_with
+from aml_ray.warming import warm_in_background
 from aml_ray.stages.judge import F1_RULES
 from aml_ray.stages.scorers import get_scorer
 
