@@ -107,8 +107,8 @@ class ModelClient:
     def warm(self) -> None:
         """Do the first request's one-time work now: with a tokens/minute limit, every request's tokens are
         counted before it is sent (:func:`~aml_ray.models.rate_limits.request_tokens`), and the first count
-        builds the model's tokenizer (:func:`aml_ray.models.tokens.encoding_for`, about 0.5 s of CPU: on 2
-        busy cores, seconds before the first answer went out; docs/benchmarks.md)."""
+        builds the model's tokenizer (:func:`aml_ray.models.tokens.encoding_for`, about 0.5 s of CPU: seconds
+        of the first request's wait on 2 busy cores; docs/benchmarks.md)."""
         if self._budget.counts_tokens:
             request_tokens([{"role": "user", "content": "warm"}], 0, self.endpoint.model)
 

@@ -81,8 +81,8 @@ class RequestBudget:
     Requests are admitted in the order they ask (one waits on the buckets at a time, behind an
     ``asyncio.Lock``, which wakes its waiters first come, first served). Left to the buckets, freed
     tokens go to the smallest waiting request (aiolimiter's order), so while shorter prompts keep
-    arriving a longer one waits without end: the bundle of a suite with the longer prompts sat out the
-    middle of the run (docs/benchmarks.md). The model client asks in the order its fair slots grant
+    arriving a longer one waits without end (in a suite, the bundle whose prompts are longer waits out the
+    middle of the run: docs/benchmarks.md). The model client asks in the order its fair slots grant
     (:mod:`aml_ray.actors.fair`), so that order holds for the tokens too.
 
     Raises:

@@ -127,7 +127,7 @@ class PipelineOptions:
         Answer; docs/benchmarks.md). Eight rounds of the endpoint's concurrency (two tasks at 32 in
         flight and 64-row batches: 4 tasks) keep a buffer of answered rows: when the judge model is
         the one at its limit, the tasks' rows wait for it, and with four rounds (2 tasks) the answer
-        model sat at half its budget until they were judged (docs/benchmarks.md, the suite's tenths).
+        model waits at half its budget until they are judged (docs/benchmarks.md, the suite's tenths).
         Offline stages are CPU work: ``batches_in_flight``.
 
         Examples:

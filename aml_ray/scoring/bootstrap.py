@@ -41,7 +41,7 @@ CONFIDENCE = 0.95
 MAX_CELLS = 250_000
 """Most index-matrix cells drawn at once (2 MB of int64, and as much again for the credits they gather); more
 resamples are drawn in blocks. A dataset's interval is computed in the process that scores its run and again
-in a suite's driver for Overall: drawn at once, LoCoMo's 1,986 questions x 2,000 resamples held 64 MB there
+in a suite's driver for Overall: drawn at once, LoCoMo's 1,986 questions x 2,000 resamples hold 64 MB there
 (docs/benchmarks.md). Blocks draw the very same resamples; smaller ones only cost numpy calls."""
 
 Interval = tuple[float | None, float | None]
