@@ -324,7 +324,8 @@ def run_pipeline(
             (:func:`aml_ray.stages.answer.answer_rows`); None for text-only tracks.
         retrieval_only: Add and Search only, no Answer or Judge (no model is called): each question
             row ends with its memories and status ``retrieved`` (or ``search_error``).
-        job_key: this job's key (the run id; never a secret): its model calls take the shared endpoint's
+        job_key: this job's key (an evaluation's :attr:`~aml_ray.run.evaluation.EvaluationConfig.job_key`;
+            never a secret): its model calls take the shared endpoint's
             in-flight slots in turn with other jobs' (:mod:`aml_ray.actors.fair`). None: a fresh one.
         participant_key: the non-secret version key under which the participant's client is shared
             with other jobs on the cluster (:func:`aml_ray.actors.shared.acquire_participant_client`);

@@ -88,6 +88,32 @@ def test_a_bundle_whose_operator_input_is_the_published_placeholder_is_skipped_b
     assert outcome.wall_s == 0 and not (tmp_path / "suite" / "scriptmem").exists()
 
 
+def test_a_suites_bundles_take_the_model_slots_in_turn(tmp_path):
+    """The bundles of a suite share one run id and run at once; each bundle's run is a job of its own at the
+    shared model clients, whose slots go round-robin across jobs: LoCoMo's queued calls do not hold the models
+    while BEAM's wait (BEAM's rubric judging then reached the judge model last and alone)."""
+    from aml_ray.actors.fair import FairQueue
+    from aml_ray.actors.participant import ParticipantSpec
+    from aml_ray.config import model_endpoint_from_env
+    from aml_ray.run.suite_run import SuiteConfig, _bundle_config
+    from aml_ray.suite import load_suite
+
+    nobody = ParticipantSpec(add_url="http://127.0.0.1:9/add", search_url="http://127.0.0.1:9/search")
+    cfg = SuiteConfig(participant=nobody, answer=model_endpoint_from_env("answer", {}),
+                      judge=model_endpoint_from_env("judge", {}), out_dir=tmp_path / "suite")
+    suite = load_suite("textual")
+    locomo, beam = (_bundle_config(cfg, suite, suite.bundle(name), tmp_path / name, tmp_path / "suite")
+                    for name in ("locomo", "beam"))
+    assert locomo.run_id == beam.run_id == cfg.run_id
+    assert (locomo.job_key, beam.job_key) == (f"{cfg.run_id}/locomo", f"{cfg.run_id}/beam")
+    slots = FairQueue()
+    for i in range(3):
+        slots.put(locomo.job_key, f"locomo {i}")
+    for i in range(3):
+        slots.put(beam.job_key, f"beam {i}")
+    assert [slots.pop() for _ in range(6)] == ["locomo 0", "beam 0", "locomo 1", "beam 1", "locomo 2", "beam 2"]
+
+
 def test_docstring_examples_of_the_suite_module():
     """overall_of's Overall and its `lacks`, one_line's folding (no Ray)."""
     import doctest
