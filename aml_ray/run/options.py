@@ -124,8 +124,8 @@ class PipelineOptions:
         Rows taken in by a model stage wait in the endpoint's FIFO semaphore; if the stage takes in
         far more than the endpoint serves at once, every task's last rows queue behind all the others
         and no task finishes until nearly all do (measured: the first Judge long after the first
-        Answer; docs/benchmarks.md). Eight rounds of the endpoint's concurrency (two tasks at 32 in
-        flight and 64-row batches: 4 tasks) keep a buffer of answered rows: when the judge model is
+        Answer; docs/benchmarks.md). Eight rounds of the endpoint's concurrency (at 32 in flight, 64-row
+        batches: 4 tasks) keep a buffer of answered rows: when the judge model is
         the one at its limit, the tasks' rows wait for it, and with four rounds (2 tasks) the answer
         model waits at half its budget until they are judged (docs/benchmarks.md, the suite's tenths).
         Offline stages are CPU work: ``batches_in_flight``.
