@@ -59,7 +59,7 @@ def test_job_survives_worker_node_loss(tmp_path, when):
     for name in restarted:
         assert stages[name]["node"] == res["head_node"] and stages[name]["restarts"] >= 1, stages[name]
     # the job's shared actors stayed on the driver's node, never restarted
-    shared = [a for a in res["actors"] if a["class"] in ("ParticipantClient", "ProgressTracker")]
+    shared = [a for a in res["actors"] if a["class"] in ("ParticipantClient", "ProgressHub")]
     assert len(shared) == 2 and all(a["node"] == res["head_node"] and a["restarts"] == 0 for a in shared), shared
 
     # the run completed with every scorable question scored, each question written once

@@ -1,4 +1,4 @@
-"""Client actors shared by every job on the cluster.
+"""Client actors shared by every job on the cluster (and the progress hub, :func:`acquire_progress_hub`).
 
 A participant version's declared capacity and a model endpoint's declared limits (in-flight slots, RPM,
 TPM) belong to the version and to the endpoint, not to one job nor to one process. The service runs each
@@ -113,6 +113,10 @@ def _safe(text: str) -> str:
 
 
 def _spawn(kind: str, config: Any, name: str, held_back: int = 0):
+    if kind == "progress":
+        from aml_ray.actors.progress_hub import spawn_progress_hub
+
+        return spawn_progress_hub(name=name, namespace=NAMESPACE)
     if kind == "model":
         from aml_ray.actors.model import spawn_model_client
 
@@ -452,6 +456,24 @@ def acquire_participant_client(spec: ParticipantSpec, job: str, *, version_key: 
     """
     return _acquire("participant", version_key or participant_version_key(spec), spec, job, lease_s, private,
                     head_start and not private)
+
+
+#: The progress hub's identity and configuration at the registry: one hub per cluster.
+PROGRESS_HUB = "hub"
+
+
+def acquire_progress_hub(job: str, *, lease_s: float = LEASE_S, private: bool = False) -> Lease:
+    """The cluster's :class:`~aml_ray.actors.progress_hub.ProgressHub` actor, which holds every job's progress
+    tracker, leased to ``job`` (one worker process for all jobs, not one per job; started by the first lease
+    and closed by the last, as the clients are).
+
+    Args:
+        job / lease_s / private: as :func:`acquire_model_client`.
+
+    Returns:
+        A :class:`Lease`; the pipeline wraps its handle as ``TrackerOnHub(lease.handle, key)``.
+    """
+    return _acquire("progress", PROGRESS_HUB, PROGRESS_HUB, job, lease_s, private)
 
 
 def live_leases() -> dict[str, dict[str, int]]:

@@ -31,7 +31,8 @@ import pyarrow as pa
 from aml_ray import interrupts
 from aml_ray.actors.model import JobModel
 from aml_ray.actors.participant import ParticipantSpec
-from aml_ray.actors.shared import acquire_model_client, acquire_participant_client
+from aml_ray.actors.progress_hub import TrackerOnHub
+from aml_ray.actors.shared import acquire_model_client, acquire_participant_client, acquire_progress_hub
 from aml_ray.config import ModelEndpoint
 from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, QuestionWriter, RunDir, finish_add_journals,
                               read_questions)
@@ -39,9 +40,8 @@ from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
 from aml_ray.run.options import OFFLINE_BATCH, PipelineOptions  # noqa: F401 - re-exported: the pipeline's knobs
 from aml_ray.run.outcome import StageFailed  # noqa: F401 - re-exported: how the pipeline stops
-from aml_ray.run.progress import ProgressTracker
 from aml_ray.prompts import Prompt
-from aml_ray.run.ray_runtime import on_this_node, quiet_ray_data, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import quiet_ray_data, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerJudgeStage, IngestFromFiles
 from aml_ray.stages.ingest import PROGRESS_GROUP, PROGRESS_GROUP_SIZE
 
@@ -361,14 +361,14 @@ def run_pipeline(
     # their actors cost more CPU than the models: aml_ray.stages.ingest)
     inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
     single = retrieval_only or inline  # one stage: no Ray Data (module docstring)
-    # the tracker keeps counts and the first failure: an actor on the driver's node (it survives a worker
-    # node's loss), or in a private cluster's single stage the Ingest actor itself (aml_ray.run.progress)
+    # the tracker keeps counts and the first failure: in the cluster's progress hub, one actor for every job
+    # (aml_ray.actors.progress_hub), or in a private cluster's single stage the Ingest actor itself
+    # (aml_ray.run.progress)
     progress_here = {"head_start": head_start is not None} if private_cluster and single else None
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor. The participant's lease comes
-    # first: on a joined cluster it grants the head start, which then sends at once, not after the tracker's
-    # actor creation (the driver's first, which exports the class).
+    # first: on a joined cluster it grants the head start, which then sends at once, not after the hub's.
     job = job_key or uuid.uuid4().hex
     ask = head_start is not None and not private_cluster and not head_start.released
     leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster,
@@ -378,8 +378,10 @@ def run_pipeline(
         head_start.release()
     elif ask:
         head_start.stop("not granted: another job holds the participant version's client")
-    tracker = None if progress_here is not None else ray.remote(ProgressTracker).options(
-        num_cpus=0, scheduling_strategy=on_this_node()).remote(head_start=head_start is not None)
+    tracker = None
+    if progress_here is None:
+        leases.append(acquire_progress_hub(job, private=private_cluster))
+        tracker = TrackerOnHub(leases[-1].handle, uuid.uuid4().hex, head_start=head_start is not None)
     answer_client = judge_client = None
     if not answer.offline and not retrieval_only:
         leases.append(acquire_model_client(answer, job, private=private_cluster))
@@ -462,15 +464,16 @@ def run_pipeline(
                     report["participant_concurrency"] = ray.get(client.concurrency.remote(), timeout=10)
                 except Exception as exc:  # noqa: BLE001 - a lost client actor: the run's own error says why
                     report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            if isinstance(tracker, TrackerOnHub):  # the hub forgets this job's counts; its lease ends below
+                tracker.hub.drop.remote(tracker.key)
             for lease in leases:
                 lease.release()
-            for actor in (tracker if progress_here is None else None, ingest_actor):
-                if actor is not None:
-                    ray.kill(actor, no_restart=True)
+            if ingest_actor is not None:
+                ray.kill(ingest_actor, no_restart=True)
             if poller is not None:
                 # never left inside a Ray call: a thread that calls into Ray after ray.shutdown() ends the whole
                 # process at once with status 1 (Ray's core worker exits), before run.json says how the run
-                # ended; its call returns within _snapshot's timeout, at once once the actor is killed
+                # ended; its call returns within _snapshot's timeout, at once once the hub dropped the job
                 poller.join()
     with interrupts.deferred():
         finish_add_journals(run_dir)  # every sample's Adds are done: their journals become Parquet evidence

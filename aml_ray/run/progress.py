@@ -6,8 +6,9 @@ that runs again (its actor restarted after a node loss, or a resumed run) is cou
 stage reports several samples a task and sends them through a :class:`ProgressBuffer`: one call per task
 or per half second instead of two per sample.
 
-Where the tracker lives: a Ray actor of its own, on the driver's node (it survives a worker node's loss);
-or, in a private cluster's single-stage run, inside the Ingest actor (:class:`InProcess` there; the driver
+Where the tracker lives: in the cluster's progress hub, one actor on the head node holding every job's
+tracker (:mod:`aml_ray.actors.progress_hub`; it survives a worker node's loss); or, in a private cluster's
+single-stage run, inside the Ingest actor (:class:`InProcess` there; the driver
 calls it in that actor's ``progress`` concurrency group, :meth:`aml_ray.stages.ingest.IngestStage.progress`):
 one Ray worker process less, which costs about 1 % of a core while the run lasts, Ray's 10 ms signal check
 in every worker process, and a second of CPU to start (docs/ray-notes.md). It is thread-safe for
@@ -53,15 +54,34 @@ class ProgressTracker:
         """The Ingest stage's call before it reads a sample's Add journal: returns once the head start (if any)
         has no Add of ``sample`` out any more (:meth:`release`), at once when there is none. ``None``: once
         the head start ended. Returns whether it ended (no later call needs to ask)."""
-        if not self._released.is_set():
-            self._wanted.set()
+        if not self.ask_to_take_over(sample):
             await asyncio.to_thread(self._wait_released, sample)
+        return self.ended()
+
+    def ask_to_take_over(self, sample: str | None = None) -> bool:
+        """:meth:`take_over` without the wait: ask to take over, and return whether ``sample`` may go on now
+        (``None``: whether the head start ended). For a host that waits without holding a thread
+        (:class:`aml_ray.actors.progress_hub.ProgressHub`)."""
+        if self._released.is_set():
+            return True
+        self._wanted.set()
+        with self._handover:
+            return self._may_go_on(sample)
+
+    def ended(self) -> bool:
+        """Whether the head start ended (every sample released; always True without a head start)."""
         return self._released.is_set()
+
+    def wanted(self) -> bool:
+        """Whether the Ingest stage asked to take over (:meth:`wait_wanted` without the wait)."""
+        return self._wanted.is_set()
+
+    def _may_go_on(self, sample: str | None) -> bool:
+        return self._released.is_set() or (sample is not None and self._kept is not None and sample not in self._kept)
 
     def _wait_released(self, sample: str | None) -> None:
         with self._handover:
-            self._handover.wait_for(lambda: self._released.is_set() or (
-                sample is not None and self._kept is not None and sample not in self._kept))
+            self._handover.wait_for(lambda: self._may_go_on(sample))
 
     async def wait_wanted(self) -> None:
         """The driver's call: returns once the Ingest stage asked to take over (:meth:`take_over`)."""
