@@ -17,6 +17,7 @@ loop's default executor has a few threads, and with one job's ``take_over`` call
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ from aml_ray.run.progress import ProgressTracker
 
 #: Seconds between a waiting call's looks at its tracker (a sample's take-over at most this late after its release).
 POLL_S = 0.01
+#: Dropped keys remembered (a late report of one of them is ignored); a hub that lives as long as the cluster
+#: forgets the oldest beyond this, so its memory stays flat over thousands of jobs.
+DROPPED_KEPT = 10_000
 
 
 class ProgressHub:
@@ -35,7 +39,7 @@ class ProgressHub:
 
     def __init__(self) -> None:
         self._trackers: dict[str, ProgressTracker] = {}
-        self._dropped: set[str] = set()
+        self._dropped: OrderedDict[str, None] = OrderedDict()  # in drop order, at most DROPPED_KEPT
 
     async def call(self, key: str, head_start: bool, method: str, *args: Any) -> Any:
         """``method(*args)`` on ``key``'s tracker (made now, with ``head_start``, if this is the job's first call).
@@ -63,7 +67,9 @@ class ProgressHub:
     def drop(self, key: str) -> None:
         """Forget ``key``'s tracker (its job ended); later calls for it do nothing."""
         self._trackers.pop(key, None)
-        self._dropped.add(key)
+        self._dropped[key] = None
+        while len(self._dropped) > DROPPED_KEPT:
+            self._dropped.popitem(last=False)
 
     def jobs(self) -> list[str]:
         """The keys of the trackers held now (tests)."""

@@ -59,6 +59,19 @@ def test_many_take_overs_wait_without_holding_a_thread():
     assert after[-1] == "s7 True" and len(after) == 40
 
 
+def test_the_hub_remembers_a_bounded_number_of_dropped_jobs(monkeypatch):
+    """A hub that lives as long as the cluster sees thousands of jobs end: it keeps the last DROPPED_KEPT keys."""
+    from aml_ray.actors import progress_hub
+
+    monkeypatch.setattr(progress_hub, "DROPPED_KEPT", 3)
+    hub = ProgressHub()
+    for i in range(5):
+        asyncio.run(hub.call(f"job{i}", False, "incr", "add", 1))
+        hub.drop(f"job{i}")
+    assert list(hub._dropped) == ["job2", "job3", "job4"] and hub.jobs() == []
+    assert asyncio.run(hub.call("job4", False, "snapshot")) is None  # still remembered: ignored
+
+
 def test_a_wait_ends_when_its_job_is_dropped():
     async def main():
         hub = ProgressHub()
