@@ -184,13 +184,17 @@ def main(argv: list[str] | None = None) -> None:
               + " ".join(f"{u:.0%}" for u in utilisation(st.get("admitted", []), res["started"], res["wall_s"],
                                                           args.tpm / 60 / args.time_scale)))
     by_tag: dict[str, list] = {}
-    for arrival, _done, _kind, tag, status, cost in hosted.get("calls", []):
+    span: dict[str, tuple[float, float]] = {}
+    for arrival, done, _kind, tag, status, cost in hosted.get("calls", []):
         if status == 200:
             by_tag.setdefault(tag, []).append((arrival, cost))
+            first, last = span.get(tag, (arrival, done))
+            span[tag] = (min(first, arrival), max(last, done))
     for tag, admitted in sorted(by_tag.items(), key=lambda kv: -sum(c for _, c in kv[1])):
-        print(f"    {tag[:40]!r:<42} {sum(c for _, c in admitted):>9,} tokens; per tenth, share of a model's TPM: "
-              + " ".join(f"{u:.0%}" for u in utilisation(admitted, res["started"], res["wall_s"],
-                                                          args.tpm / 60 / args.time_scale)))
+        first, last = (t - res["started"] for t in span[tag])
+        print(f"    {tag[:40]!r:<42} {sum(c for _, c in admitted):>9,} tokens, calls {first:.1f}-{last:.1f} s; per tenth, "
+              "share of a model's TPM: " + " ".join(f"{u:.0%}" for u in utilisation(
+                  admitted, res["started"], res["wall_s"], args.tpm / 60 / args.time_scale)))
     print(f"  model calls {calls:,}, 429s {rejected} ({rejected / max(1, calls):.2%}); "
           + "; ".join(f"{k}: {v['ok']} ok, {v['tokens_charged']:,} tokens charged, peak in flight {v['max_in_flight']}"
                       for k, v in mstats.items()))

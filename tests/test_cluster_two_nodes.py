@@ -132,8 +132,8 @@ def _run(out_dir: Path) -> dict:
                 dataset="locomo", participant=spec, out_dir=out_dir / "run", data_path=LOCOMO_FILE,
                 answer=model_endpoint_from_env("answer", {}), judge=model_endpoint_from_env("judge", {}),
                 limit_samples=1, run_label="two-nodes",
-                # three stage actors to spread, as with online models (offline ones would run inside Ingest)
-                options=PipelineOptions(offline_models_inline=False)))
+                # three stage actors to spread: the Ray Data layout (by default the models run inside Ingest)
+                options=PipelineOptions(models_inline=False)))
         actors = [(a["ActorClassName"], a["Address"]["NodeID"]) for a in ray._private.state.actors().values()]
         alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         q = result.questions

@@ -473,7 +473,7 @@ answer = {"endpoint": ModelEndpoint(role="answer", base_url=None, model="offline
 judge = {"endpoint": ModelEndpoint(role="judge", base_url=None, model="offline"), "client": None,
          "prompt": "locomo_judge"}
 if sys.argv[1] == "ingest":
-    stage = IngestStage(None, sys.argv[2], offline_models=(answer, judge))
+    stage = IngestStage(None, sys.argv[2], models=(answer, judge))
     stage._loading.join()
     assert stage._models_error is None, stage._models_error
 else:

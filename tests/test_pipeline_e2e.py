@@ -380,7 +380,7 @@ def test_offline_models_inside_the_ingest_actor_give_the_same_rows_as_their_own_
             before = set(ray._private.state.actors())
             spec = ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url)
             result = evaluate(config(tmp_path / f"inline-{inline}", spec, locomo_file, limit_samples=1,
-                                     options=PipelineOptions(offline_models_inline=inline)))
+                                     options=PipelineOptions(models_inline=inline)))
             rows[inline] = read_questions(result.run_dir).select(columns).sort("question_id")
             started[inline] = {a["ActorClassName"] for aid, a in ray._private.state.actors().items() if aid not in before}
     assert rows[True].height == 199 and rows[True].filter(pl.col("status") == "scored").height == 152

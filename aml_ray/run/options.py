@@ -26,6 +26,12 @@ MODEL_ROUNDS_IN_FLIGHT = 8
 #: Rows per batch of the offline answerer and judge (:meth:`PipelineOptions.model_batch_for`).
 OFFLINE_BATCH = 48
 
+#: With online models in the Ingest actor (:attr:`PipelineOptions.models_inline`), a sample's searched rows
+#: wait for the models after its ingestion slot is given back: the actor runs this many times its ingestion
+#: tasks at once, so at most that many tasks' rows wait for answers while the next samples are added (the
+#: backpressure a Ray Data operator of its own gave them).
+ANSWER_QUEUE_FACTOR = 4
+
 
 @dataclass
 class PipelineOptions:
@@ -46,9 +52,10 @@ class PipelineOptions:
         model_batch_size: questions per answer/judge actor call; None picks one per endpoint with
             :meth:`model_batch_for`.
         samples_per_task: samples per Ingest task; None picks one with :meth:`ingest_layout`.
-        offline_models_inline: when both models are offline, answer and judge inside the Ingest actor
-            (:mod:`aml_ray.stages.ingest`); False keeps them in a Ray Data operator of their own, as an
-            online model's are (the stage layout a test of that operator needs).
+        models_inline: answer and judge inside the Ingest actor (:mod:`aml_ray.stages.ingest`): a job is one
+            plain Ray actor, with no Ray Data executor and no model stage actor to start. False keeps them
+            in a Ray Data operator of their own after Ingest (:class:`~aml_ray.stages.AnswerJudgeStage`), the
+            layout a test of that operator needs.
         stage_scheduling: a Ray scheduling strategy for every stage actor (e.g.
             ``NodeAffinitySchedulingStrategy(node_id, soft=True)``); None: Ray Data's for its stages,
             Ray's default for a single-stage job's Ingest actor.
@@ -56,7 +63,7 @@ class PipelineOptions:
 
     ingest_parallelism: int = 16
     batches_in_flight: int = 8
-    offline_models_inline: bool = True
+    models_inline: bool = True
     model_batch_size: int | None = None
     judge_slice_rows: int = JUDGE_SLICE_ROWS
     samples_per_task: int | None = None

@@ -1,20 +1,22 @@
-"""The evaluation job on Ray Data: samples -> Ingest (Adds, then Searches) -> Answer and Judge -> evidence.
+"""The evaluation job: samples -> Ingest (Adds, then Searches) -> Answer and Judge -> evidence.
 
 Shape (DESIGN.md "The pipeline"): the unit of ingestion is one sample (one user_id); its chunks are
 added in order while samples run in parallel; a sample's questions are searched as soon as that
-sample's Adds are done (no global barrier), by the Ingest task itself (one Ray Data hop less per
-question: :mod:`aml_ray.stages.ingest`); Ray Data streams them through the model stage, which judges each
-slice of a task's rows as soon as it is answered (:mod:`aml_ray.stages.answer_judge`), with backpressure
-between the two operators. A retrieval-only run stops after Search.
+sample's Adds are done (no global barrier), by the Ingest task itself; its searched rows are then answered
+and judged, each slice judged as soon as it is answered (:mod:`aml_ray.stages.answer_judge`). A
+retrieval-only run stops after Search.
 
-A job whose only stage is Ingest (retrieval-only, or both models offline and answered inside the Ingest
-actor) does not go through Ray Data: the driver calls one Ingest actor itself (:func:`_single_stage`).
-Ray Data's streaming executor and its helper actors (stats, actor locations, autoscaling coordinator)
-cost about 1.6 ms of CPU a question against a one-at-a-time participant and nothing for one stage
-(measured: docs/benchmarks.md). Every stage is an actor pool
-of size 1 with a fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores, docs/ray-notes.md), sending
-one actor call per batch (per slice, in the model stage) to the ``ParticipantClient`` / ``ModelClient`` actors
-that hold the limits.
+By default (:attr:`PipelineOptions.models_inline`) the job is one plain Ray actor that the driver calls
+itself (:func:`_single_stage`): the Ingest actor, which also runs the models' stages on each sample's
+searched rows (:mod:`aml_ray.stages.ingest`); the model clients' actors hold the models' limits. Ray
+Data's streaming executor, its helper actors (stats, actor locations, autoscaling coordinator) and a
+model stage actor of its own cost worker starts and CPU per question (about 1.6 ms against a
+one-at-a-time participant; docs/benchmarks.md) that delay the first model call of a suite's or of many
+participants' jobs on a small machine. With ``models_inline=False`` the models are a Ray Data operator
+after Ingest (:func:`_ray_data_stages`), with backpressure between the two operators. Every stage actor has a
+fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores,
+docs/ray-notes.md) and sends one actor call per batch (per slice, for the models) to the
+``ParticipantClient`` / ``ModelClient`` actors that hold the limits.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, Quest
                               read_questions)
 from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
-from aml_ray.run.options import OFFLINE_BATCH, PipelineOptions  # noqa: F401 - re-exported: the pipeline's knobs
+from aml_ray.run.options import ANSWER_QUEUE_FACTOR, OFFLINE_BATCH, PipelineOptions  # noqa: F401 - re-exported: the pipeline's knobs
 from aml_ray.run.outcome import StageFailed  # noqa: F401 - re-exported: how the pipeline stops
 from aml_ray.prompts import Prompt
 from aml_ray.run.ray_runtime import quiet_ray_data, use_arrow_ipc_serialization
@@ -357,9 +359,8 @@ def run_pipeline(
 
     opts = options or PipelineOptions()
     use_arrow_ipc_serialization()  # the blocks this driver reads back (the stage actors set it for theirs)
-    # both models offline: they run inside the Ingest actor (no model call to wait for; two operators and
-    # their actors cost more CPU than the models: aml_ray.stages.ingest)
-    inline = not retrieval_only and answer.offline and judge.offline and opts.offline_models_inline
+    # the models run inside the Ingest actor (aml_ray.stages.ingest): the job is one actor, no Ray Data (module docstring)
+    inline = not retrieval_only and opts.models_inline
     single = retrieval_only or inline  # one stage: no Ray Data (module docstring)
     # the tracker keeps counts and the first failure: in the cluster's progress hub, one actor for every job
     # (aml_ray.actors.progress_hub), or in a private cluster's single stage the Ingest actor itself
@@ -394,14 +395,21 @@ def run_pipeline(
     # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
     # sample in the actor when its turn comes
     per_task, tasks = opts.ingest_layout(inputs.n_samples, retrieval_only=retrieval_only)
+    samples_at_once = None if per_task == 1 else opts.ingest_parallelism
+    # online models here: a searched sample waits for them after its ingestion slot (aml_ray.stages.ingest); the
+    # actor runs more tasks than it ingests at once, so the next samples are added meanwhile
+    answers_after_slot = inline and not (answer.offline and judge.offline)
+    if answers_after_slot:
+        samples_at_once, tasks = opts.ingest_parallelism, tasks * ANSWER_QUEUE_FACTOR
     answer_kwargs = {"endpoint": answer, "client": answer_client, "prompt": answer_prompt,
                      "budget_tokens": context_budget_tokens, "cap_tokens": answer_cap_tokens, "tracker": tracker,
                      "media_root": media_root, "image_tokens": image_tokens}
     judge_kwargs = {"endpoint": judge, "client": judge_client, "prompt": judge_prompt, "f1_rule": f1_rule,
                     "judge_runs": judge_runs, "scorer": scorer, "tracker": tracker}
     ingest_kwargs = {"participant": client, "run_root": str(run_dir.root), "top_k": top_k, "tracker": tracker,
-                     "final": retrieval_only, "samples_at_once": None if per_task == 1 else opts.ingest_parallelism,
-                     "offline_models": (answer_kwargs, judge_kwargs) if inline else None,
+                     "final": retrieval_only, "samples_at_once": samples_at_once,
+                     "models": (answer_kwargs, judge_kwargs) if inline else None,
+                     "judge_slice_rows": opts.judge_slice_rows if answers_after_slot else None,
                      "progress_here": progress_here}
     paths = inputs.sample_paths()
     ingest_actor = None

@@ -20,12 +20,19 @@ Streaming mode: questions that carry a ``step`` (the number of the sample's sess
 are asked) are searched here, right after the Adds of their step returned and before the next Add is
 sent, so each step sees exactly the memory written so far (DESIGN.md "Streaming mode").
 
-Offline models (``offline_models``): when both the answer and the judge model are the embedded offline ones,
-they run here, on each of a sample's two parts as its Searches return, instead of as two Ray Data
-operators of their own: there is no model call to wait for (0.03 ms of CPU a question for the answer),
-while each of those operators cost an actor process and per-batch Ray Data work at full rate (3.1 and
-1.3 ms of CPU a question against a one-at-a-time participant; docs/benchmarks.md). Their imports and the tokenizer load in a thread started
+Models here (``models``): the answer and judge models run in this actor, on each sample's searched rows,
+instead of as a Ray Data operator of their own: a job is one actor, started with no Ray Data executor
+beside it. A model stage's actor cost a worker process start, and Ray Data its executor's helpers
+and per-batch work (docs/benchmarks.md); on a small machine, a suite's or many participants' worker
+starts delay the first model call by seconds. Their imports and the tokenizer load in a thread started
 with the actor, beside its first Adds.
+
+- Offline models (``judge_slice_rows`` None) are CPU work (0.03 ms a question for the answer): each of a
+  sample's two parts is answered and judged as its Searches return, inside the sample's slot.
+- Online models (``judge_slice_rows`` a number): the sample gives its slot back once searched, so the next
+  sample's Adds go while its rows wait for the models; its rows then go through
+  :class:`~aml_ray.stages.answer_judge.AnswerJudgeStage` (each slice judged as soon as it is answered).
+  The model clients' actors hold the models' limits, as they do for a Ray Data operator.
 """
 
 from __future__ import annotations
@@ -127,19 +134,22 @@ class IngestStage:
         samples_at_once: at most this many samples in progress in this actor across its tasks (each
             task's samples run at once; :attr:`aml_ray.run.pipeline.PipelineOptions.samples_per_task`); None:
             no actor-wide limit (the tasks' own count bounds it).
-        offline_models: ``(answer_kwargs, judge_kwargs)``, the constructor arguments of
-            :class:`~aml_ray.stages.answer.AnswerStage` and :class:`~aml_ray.stages.judge_stage.JudgeStage`
-            when both models are offline: each task's rows leave this stage answered and judged (see the
-            module docstring). None: they leave searched.
+        models: ``(answer_kwargs, judge_kwargs)``, the constructor arguments of
+            :class:`~aml_ray.stages.answer.AnswerStage` and :class:`~aml_ray.stages.judge_stage.JudgeStage`:
+            each task's rows leave this stage answered and judged (see the module docstring). None: they
+            leave searched.
+        judge_slice_rows: None: ``models`` are answered and judged in the sample's slot, on each of its
+            parts (offline models); a number: after the slot, by
+            :class:`~aml_ray.stages.answer_judge.AnswerJudgeStage` in slices of this many rows (online models).
         progress_here: the run's :class:`~aml_ray.run.progress.ProgressTracker` is held by this actor, made
             with these constructor arguments (``tracker`` must be None): a private cluster's single-stage
             run, one Ray worker process less (:mod:`aml_ray.run.progress`); the driver calls it through
-            :meth:`progress`, the stages of ``offline_models`` report to it.
+            :meth:`progress`, the stages of ``models`` report to it.
     """
 
     def __init__(self, participant, run_root: str, top_k: int = 100, tracker=None, final: bool = False,
-                 samples_at_once: int | None = None, offline_models: tuple[dict, dict] | None = None,
-                 progress_here: dict[str, Any] | None = None):
+                 samples_at_once: int | None = None, models: tuple[dict, dict] | None = None,
+                 judge_slice_rows: int | None = None, progress_here: dict[str, Any] | None = None):
         use_arrow_ipc_serialization()
         tune_actor_process()
         self._progress_here: ProgressTracker | None = None
@@ -148,8 +158,8 @@ class IngestStage:
                 raise ValueError("progress_here: this actor holds the tracker; give no tracker handle as well")
             self._progress_here = ProgressTracker(**progress_here)
             tracker = InProcess(self._progress_here)
-            if offline_models is not None:  # their stages report to the tracker held here
-                offline_models = tuple({**kwargs, "tracker": tracker} for kwargs in offline_models)
+            if models is not None:  # their stages report to the tracker held here
+                models = tuple({**kwargs, "tracker": tracker} for kwargs in models)
         self.participant = participant
         self.run_dir = RunDir(Path(run_root))
         self.top_k = top_k
@@ -162,23 +172,30 @@ class IngestStage:
         self._journalled: dict[str, int] = {}  # sample -> its Adds in the journal (a resumed run's included)
         self._slots: asyncio.Semaphore | None = None  # made in the UDF's event loop (first call)
         self._taken_over = False  # the driver's head start handed its Adds over (ProgressTracker.take_over)
-        self._models: list | None = None  # the offline Answer and Judge stages, built by _loading
+        self._models: list | None = None  # the Answer and Judge stages, built by _loading
         self._models_error: BaseException | None = None
         self._loading: threading.Thread | None = None
-        if offline_models is not None:
-            self._loading = threading.Thread(target=self._load_models, args=offline_models, daemon=True,
-                                             name="offline-models")
+        self._answers_after_slot = models is not None and judge_slice_rows is not None
+        if models is not None:
+            self._loading = threading.Thread(target=self._load_models, args=(*models, judge_slice_rows),
+                                             daemon=True, name="models")
             self._loading.start()
 
-    def _load_models(self, answer: dict[str, Any], judge: dict[str, Any]) -> None:
-        """Build the offline Answer and Judge stages and warm them (their imports, the tokenizer and nltk:
+    def _load_models(self, answer: dict[str, Any], judge: dict[str, Any], slice_rows: int | None) -> None:
+        """Build the Answer and Judge stages (one :class:`~aml_ray.stages.answer_judge.AnswerJudgeStage` when
+        ``slice_rows`` is a number) and warm them (their imports, the tokenizer and nltk:
         :meth:`AnswerStage.warm <aml_ray.stages.answer.AnswerStage.warm>`,
         :meth:`JudgeStage.warm <aml_ray.stages.judge_stage.JudgeStage.warm>`), while the Adds run."""
         try:
-            from aml_ray.stages.answer import AnswerStage
-            from aml_ray.stages.judge_stage import JudgeStage
+            if slice_rows is not None:
+                from aml_ray.stages.answer_judge import AnswerJudgeStage
 
-            stages = [AnswerStage(**answer), JudgeStage(**judge)]
+                stages: list = [AnswerJudgeStage(answer, judge, slice_rows)]
+            else:
+                from aml_ray.stages.answer import AnswerStage
+                from aml_ray.stages.judge_stage import JudgeStage
+
+                stages = [AnswerStage(**answer), JudgeStage(**judge)]
             for stage in stages:
                 stage.warm()
             self._models = stages
@@ -186,7 +203,7 @@ class IngestStage:
             self._models_error = exc
 
     async def _answered_and_judged(self, table: pa.Table) -> pa.Table:
-        """Searched question rows through the offline Answer and Judge stages (``offline_models``)."""
+        """Searched question rows through the Answer and Judge stages (``models``)."""
         assert self._loading is not None
         if self._loading.is_alive():
             await asyncio.to_thread(self._loading.join)
@@ -320,7 +337,9 @@ class IngestStage:
         async with self._slots or contextlib.nullcontext():  # read only once it runs: a queued sample holds no memory
             sample = self._load(row)
             await self._take_over(sample["sample_id"])
-            return await self._sample(sample)
+            rows = await self._sample(sample)
+        # online models: the slot is the next sample's while these rows wait for them
+        return await self._answered_and_judged(rows) if self._answers_after_slot else rows
 
     async def _take_over(self, sample_id: str) -> None:
         """Before the sample's journal is read: wait while the driver's head start still has an Add of it out
@@ -339,14 +358,19 @@ class IngestStage:
         """``questions`` searched (:meth:`_search`) as question rows, answered and judged when the offline
         models run here."""
         rows = searched_questions(questions, await self._search(questions, media_root), final=self.final)
-        return rows if self._loading is None else await self._answered_and_judged(rows)
+        return rows if not self._answers_in_slot else await self._answered_and_judged(rows)
+
+    @property
+    def _answers_in_slot(self) -> bool:
+        """The models run here and answer a sample's parts in its slot (offline models)."""
+        return self._loading is not None and not self._answers_after_slot
 
     async def _searched_in_parts(self, questions: pa.Table, media_root: str) -> list[pa.Table]:
         """:meth:`_searched` of ``questions``: when the offline models run here, in two calls sent at once, the
         last :data:`ANSWERED_LAST_ROWS` questions in the second (the first part is answered while those are
         out; the client serves the calls in the order sent), else in one call. Returns the parts' rows in
         order."""
-        if self._loading is None or questions.num_rows <= ANSWERED_LAST_ROWS:
+        if not self._answers_in_slot or questions.num_rows <= ANSWERED_LAST_ROWS:
             return [await self._searched(questions, media_root)]
         split = questions.num_rows - ANSWERED_LAST_ROWS
         try:
