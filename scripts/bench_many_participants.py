@@ -118,16 +118,18 @@ def main(argv: list[str] | None = None) -> None:
 
     import ray
 
-    from aml_ray.run.ray_runtime import local_cluster
+    from aml_ray.run._ray_internals import SYSTEM_CONFIG
+    from aml_ray.run.ray_runtime import init_ray, local_cluster, shutdown_ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     with contextlib.ExitStack() as stack:
+        # Ray as the platform starts it (``aml-ray serve`` and ``aml-ray run`` call init_ray): its system config
         if args.nodes > 1:
-            stack.enter_context(local_cluster({"num_cpus": args.num_cpus},
+            stack.enter_context(local_cluster({"num_cpus": args.num_cpus, "_system_config": SYSTEM_CONFIG},
                                               [{"num_cpus": args.num_cpus}] * (args.nodes - 1)))
         else:
-            ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
-            stack.callback(ray.shutdown)
+            init_ray(num_cpus=args.num_cpus)
+            stack.callback(shutdown_ray)
         print(f"Ray: {args.nodes} node(s) x {args.num_cpus} CPUs; {os.cpu_count()} CPUs on this machine")
         rounds(args)
 
