@@ -47,11 +47,6 @@ class AnswerJudgeStage:
         self.answer = AnswerStage(**answer, warm_up=warm_up)
         self.judge = JudgeStage(**judge, warm_up=warm_up)
 
-    def warm(self) -> None:
-        """Both stages' one-time work (:meth:`AnswerStage.warm`, :meth:`JudgeStage.warm`), in this thread."""
-        self.answer.warm()
-        self.judge.warm()
-
     async def _slice(self, rows: pa.Table) -> pa.Table:
         return await self.judge(await self.answer(rows))
 

@@ -174,6 +174,7 @@ class IngestStage:
         self._taken_over = False  # the driver's head start handed its Adds over (ProgressTracker.take_over)
         self._models: list | None = None  # the Answer and Judge stages, built by _loading
         self._models_error: BaseException | None = None
+        self._models_ready = threading.Event()  # _models or _models_error is set: answering may start
         self._loading: threading.Thread | None = None
         self._answers_after_slot = models is not None and judge_slice_rows is not None
         if models is not None:
@@ -183,30 +184,43 @@ class IngestStage:
 
     def _load_models(self, answer: dict[str, Any], judge: dict[str, Any], slice_rows: int | None) -> None:
         """Build the Answer and Judge stages (one :class:`~aml_ray.stages.answer_judge.AnswerJudgeStage` when
-        ``slice_rows`` is a number) and warm them (their imports, the tokenizer and nltk:
-        :meth:`AnswerStage.warm <aml_ray.stages.answer.AnswerStage.warm>`,
-        :meth:`JudgeStage.warm <aml_ray.stages.judge_stage.JudgeStage.warm>`), while the Adds run."""
+        ``slice_rows`` is a number) and warm them while the Adds run: the answer's tokenizer
+        (:meth:`AnswerStage.warm <aml_ray.stages.answer.AnswerStage.warm>`, about 0.4 s of CPU), then, once the
+        stages are ready to answer, the judge's nltk imports (:meth:`JudgeStage.warm
+        <aml_ray.stages.judge_stage.JudgeStage.warm>`, about 0.3 s), which the first judgement needs only after
+        the first answer's round trip. On 2 cores, with many jobs' actors starting at once, waiting for both
+        held each job's first model call 2-3.6 s after its actor's constructor ran (docs/benchmarks.md).
+
+        An error building the stages or warming the answer is raised by the first task that needs them; one
+        in the judge's warm-up is raised again by the first judgement (the same imports)."""
         try:
             if slice_rows is not None:
                 from aml_ray.stages.answer_judge import AnswerJudgeStage
 
-                stages: list = [AnswerJudgeStage(answer, judge, slice_rows)]
+                both = AnswerJudgeStage(answer, judge, slice_rows)
+                stages: list = [both]
+                answer_stage, judge_stage = both.answer, both.judge
             else:
                 from aml_ray.stages.answer import AnswerStage
                 from aml_ray.stages.judge_stage import JudgeStage
 
-                stages = [AnswerStage(**answer), JudgeStage(**judge)]
-            for stage in stages:
-                stage.warm()
+                answer_stage, judge_stage = AnswerStage(**answer), JudgeStage(**judge)
+                stages = [answer_stage, judge_stage]
+            answer_stage.warm()
             self._models = stages
         except BaseException as exc:  # noqa: BLE001 - raised by the first task that needs them
             self._models_error = exc
+            return
+        finally:
+            self._models_ready.set()
+        with contextlib.suppress(Exception):  # raised again where the judge first needs these imports
+            judge_stage.warm()
 
     async def _answered_and_judged(self, table: pa.Table) -> pa.Table:
         """Searched question rows through the Answer and Judge stages (``models``)."""
         assert self._loading is not None
-        if self._loading.is_alive():
-            await asyncio.to_thread(self._loading.join)
+        if not self._models_ready.is_set():
+            await asyncio.to_thread(self._models_ready.wait)
         if self._models_error is not None:
             raise self._models_error
         assert self._models is not None
