@@ -44,7 +44,8 @@ class PipelineOptions:
 
     Attributes:
         ingest_parallelism: samples ingested at once (each sample's Adds stay sequential); the Ingest
-            actor runs this many tasks (one sample each) concurrently.
+            actor runs this many tasks (one sample each) concurrently, and with online models inside it
+            :data:`ANSWER_QUEUE_FACTOR` times as many, their searched rows waiting for the models.
         batches_in_flight: tasks each Answer/Judge actor runs at once (each task is one input
             bundle whose batches run concurrently, up to 4); as many again are queued behind them.
         judge_slice_rows: rows of a model task answered together and then judged together, while the

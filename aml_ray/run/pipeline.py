@@ -9,10 +9,10 @@ retrieval-only run stops after Search.
 By default (:attr:`PipelineOptions.models_inline`) the job is one plain Ray actor that the driver calls
 itself (:func:`_single_stage`): the Ingest actor, which also runs the models' stages on each sample's
 searched rows (:mod:`aml_ray.stages.ingest`); the model clients' actors hold the models' limits. Ray
-Data's streaming executor, its helper actors (stats, actor locations, autoscaling coordinator) and a
-model stage actor of its own cost worker starts and CPU per question (about 1.6 ms against a
-one-at-a-time participant; docs/benchmarks.md) that delay the first model call of a suite's or of many
-participants' jobs on a small machine. With ``models_inline=False`` the models are a Ray Data operator
+Data's streaming executor and its helper actors (stats, actor locations, autoscaling coordinator) cost
+about 1.6 ms of CPU a question against a one-at-a-time participant, and they and a model stage actor of
+its own cost worker starts that delayed the first model call of a suite's or of many participants' jobs
+on 2 cores by seconds (docs/benchmarks.md). With ``models_inline=False`` the models are a Ray Data operator
 after Ingest (:func:`_ray_data_stages`), with backpressure between the two operators. Every stage actor has a
 fractional CPU (``num_cpus=0.1``: I/O-bound; a whole CPU per pool actor deadlocks on 2 cores,
 docs/ray-notes.md) and sends one actor call per batch (per slice, for the models) to the
