@@ -18,11 +18,13 @@ against their service time (run.json) and the model endpoint's calls and service
 
     .venv/bin/python scripts/bench_suite.py --limit-samples 1
     .venv/bin/python scripts/bench_suite.py --limit-samples 10     # the x10 slice: driver memory
+    .venv/bin/python scripts/bench_suite.py --limit-samples 10 --warm   # joining a warm cluster (aml-ray cluster up)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -77,6 +79,23 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     watcher.join()
     return {"wall_s": wall, "started": started, "rc": proc.returncode, "driver_peak_rss": peak[0], "runner_peak_rss": {names.get(pid, f"pid {pid}"): rss for pid, rss in runners.items()},
             "tail": output[-3000:]}
+
+
+@contextlib.contextmanager
+def warm_cluster(args):
+    """With ``--warm``: ``aml-ray cluster up --num-cpus N`` before the block (the run then joins it, as an
+    operator's runs do on a warm cluster), ``aml-ray cluster down`` after it; else nothing."""
+    if not args.warm:
+        yield
+        return
+    cli = str(Path(sys.executable).parent / "aml-ray")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run([cli, "cluster", "up", "--num-cpus", str(args.num_cpus)], env=env, check=True,
+                   capture_output=True, text=True)
+    try:
+        yield
+    finally:
+        subprocess.run([cli, "cluster", "down"], env=env, check=False, capture_output=True, text=True)
 
 
 def _runner_peaks() -> dict[int, int]:
@@ -148,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-in-flight", type=int, default=32)
     p.add_argument("--num-cpus", type=int, default=2)
     p.add_argument("--bundles-at-once", type=int, default=None, help="aml-ray run --bundles-at-once (default: all)")
+    p.add_argument("--warm", action="store_true",
+                   help="start the warm cluster first (aml-ray cluster up, not timed), which the run joins; down after")
     args = p.parse_args(argv)
     load0 = os.getloadavg()[0]
     part_flags = ["--latency-ms", str(args.search_ms * args.service_scale),
@@ -158,7 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     keep = Path(tempfile.mkdtemp(prefix="bench_suite_keep_"))
     with tempfile.TemporaryDirectory(prefix="bench_suite_") as tmp, \
             ServerProcess("participant", *part_flags) as part, ServerProcess("hosted", *model_flags) as model:
-        res = run_suite(args, part.base_url, model.base_url, Path(tmp) / "suite")
+        with warm_cluster(args):
+            res = run_suite(args, part.base_url, model.base_url, Path(tmp) / "suite")
         pstats, hosted = part.stats(), model.stats()
         mstats = hosted["models"]
         runs = bundle_runs(Path(tmp) / "suite")
