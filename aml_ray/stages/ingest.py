@@ -189,7 +189,7 @@ class IngestStage:
         stages are ready to answer, the judge's nltk imports (:meth:`JudgeStage.warm
         <aml_ray.stages.judge_stage.JudgeStage.warm>`, about 0.3 s), which the first judgement needs only after
         the first answer's round trip. On 2 cores, with many jobs' actors starting at once, waiting for both
-        held each job's first model call 2-3.6 s after its actor's constructor ran (docs/benchmarks.md).
+        held each job's first model call 1.5-3.6 s after its stages were built (docs/benchmarks.md).
 
         An error building the stages or warming the answer is raised by the first task that needs them; one
         in the judge's warm-up is raised again by the first judgement (the same imports)."""
