@@ -35,6 +35,11 @@ def cache_dir() -> Path:
     return Path(os.environ.get("AML_CACHE_DIR") or data_dir() / "cache").expanduser()
 
 
+#: Share of a model's rpm/tpm the client leaves unused from the start (``<ROLE>_RATE_HEADROOM``); refusals widen
+#: it (:class:`aml_ray.models.rate_limits.RequestBudget`).
+DEFAULT_RATE_HEADROOM = 0.02
+
+
 @dataclass(frozen=True)
 class ModelEndpoint:
     """An OpenAI-compatible model endpoint.
@@ -52,8 +57,9 @@ class ModelEndpoint:
             hosted APIs enforce per-minute limits over periods as short as a second, and a client that
             holds half of that period's budget stays under it when requests bunch up on the way; see
             :class:`aml_ray.models.rate_limits.RequestBudget`).
-        rate_headroom: share of rpm/tpm left unused, in [0, 0.5) (default 0.05), so the endpoint's budget
-            absorbs arrival jitter and small token-count differences.
+        rate_headroom: share of rpm/tpm left unused from the start, in [0, 0.5) (default 0.02), so the
+            endpoint's budget absorbs arrival jitter; each 429 the endpoint answers widens the margin (an
+            endpoint that counts tokens its own way: :class:`aml_ray.models.rate_limits.RequestBudget`).
         cache_path: SQLite reply cache (see :mod:`aml_ray.models.answer_cache`), or None for no cache.
         vision: the model accepts OpenAI-style image parts (``<ROLE>_VISION=1``); the Multimodal track
             refuses an online answer model without it.
@@ -70,7 +76,7 @@ class ModelEndpoint:
     cache_path: str | None = None
     vision: bool = False
     rate_window_s: float = 0.5
-    rate_headroom: float = 0.05
+    rate_headroom: float = DEFAULT_RATE_HEADROOM
 
     def __post_init__(self) -> None:
         """Refuse limits a client cannot hold (the field name and the fix in the message)."""
@@ -117,7 +123,7 @@ def _number(env: dict[str, str], name: str, kind=float):
 def _headroom(env: dict[str, str], name: str) -> float:
     raw = env.get(name)
     if raw in (None, ""):
-        return 0.05
+        return DEFAULT_RATE_HEADROOM
     try:
         return float(raw)
     except ValueError:

@@ -7,8 +7,11 @@ Runs the real command, ``aml-ray run --suite textual --limit-samples N``, over e
   (times ``--service-scale``), at most ``--capacity`` served at once (declared as ``--max-in-flight``);
 - the hosted-API-like endpoint of ``scripts/model_endpoint.py``: lognormal latency (``--p50-ms``,
   ``--p99-ms``), per-model ``--rpm``/``--tpm`` (the answer model and the judge model are different models,
-  each with its own limits, as on a hosted API), its clock ``--time-scale`` times real time; the clients
-  declare ``rpm / time-scale`` and ``tpm / time-scale``.
+  each with its own limits, as on a hosted API), buckets holding ``--window-s`` of budget (60 by default; 1:
+  enforced per second), each request charged ``--charge-factor`` times its token count (1 by default; more: an
+  API whose own estimate runs above the client's), its clock ``--time-scale`` times real time; the clients
+  declare ``rpm / time-scale`` and ``tpm / time-scale``, and hold ``0.5 x time-scale`` seconds of budget (the
+  default half second, in the endpoint's clock).
 
 The bundles run at once by default (``--bundles-at-once N`` as the command's). Prints the command's wall time
 against the binding bound: the largest of the participant's busy time
@@ -53,7 +56,9 @@ def run_suite(args, participant: str, model_base: str, out: Path) -> dict[str, A
     for role, model in (("ANSWER", ANSWER_MODEL), ("JUDGE", JUDGE_MODEL)):
         env.update({f"{role}_API_BASE": f"{model_base}/v1", f"{role}_MODEL": model, f"{role}_API_KEY": "sk-bench",
                     f"{role}_RPM": str(args.rpm / ts), f"{role}_TPM": str(args.tpm / ts),
-                    f"{role}_MAX_IN_FLIGHT": str(args.model_in_flight)})
+                    f"{role}_MAX_IN_FLIGHT": str(args.model_in_flight),
+                    # the client's burst window in the endpoint's clock as at the hosted rates (0.5 s, the default)
+                    f"{role}_RATE_WINDOW_S": str(0.5 * ts)})
     cmd = [str(Path(sys.executable).parent / "aml-ray"), "run", "--suite", "textual", "--datasets-dir",
            str(args.datasets_dir), "--limit-samples", str(args.limit_samples), "--participant", participant,
            "--max-in-flight", str(args.capacity), "--out", str(out), "--num-cpus", str(args.num_cpus),
@@ -167,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-in-flight", type=int, default=32)
     p.add_argument("--num-cpus", type=int, default=2)
     p.add_argument("--bundles-at-once", type=int, default=None, help="aml-ray run --bundles-at-once (default: all)")
+    p.add_argument("--window-s", type=float, default=60.0,
+                   help="seconds of budget the endpoint's buckets hold (60: a minute's burst; 1: enforced per second)")
+    p.add_argument("--charge-factor", type=float, default=1.0,
+                   help="the endpoint charges each request this many times its token count (its own estimate)")
     p.add_argument("--warm", action="store_true",
                    help="start the warm cluster first (aml-ray cluster up, not timed), which the run joins; down after")
     args = p.parse_args(argv)
@@ -174,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     part_flags = ["--latency-ms", str(args.search_ms * args.service_scale),
                   "--add-latency-ms", str(args.add_ms * args.service_scale), "--capacity", str(args.capacity)]
     model_flags = ["--p50-ms", str(args.p50_ms), "--p99-ms", str(args.p99_ms), "--rpm", str(args.rpm),
-                   "--tpm", str(args.tpm), "--time-scale", str(args.time_scale), "--window-s", "60",
-                   "--tag-regex", PROMPT_TAG]
+                   "--tpm", str(args.tpm), "--time-scale", str(args.time_scale), "--window-s", str(args.window_s),
+                   "--charge-factor", str(args.charge_factor), "--tag-regex", PROMPT_TAG]
     keep = Path(tempfile.mkdtemp(prefix="bench_suite_keep_"))
     with tempfile.TemporaryDirectory(prefix="bench_suite_") as tmp, \
             ServerProcess("participant", *part_flags) as part, ServerProcess("hosted", *model_flags) as model:

@@ -13,7 +13,10 @@ prints ``PORT <n>`` when ready; :class:`scripts.loopback_servers.ServerProcess` 
   does not fit gets HTTP 429 with ``Retry-After`` (seconds until it would fit, as a decimal when
   ``--time-scale`` makes it short) and ``x-ratelimit-*`` headers, and is not charged. A request dearer
   than a full bucket is admitted when the bucket is full and leaves it in debt.
-- **Token counts**: ``usage.prompt_tokens`` as charged, ``usage.completion_tokens`` the reply's tokens.
+- **Token estimates**: ``--charge-factor F`` charges each request ``F`` times its count (rounded up), as a
+  hosted API whose own estimate of a request's tokens (OpenAI: "based on the character count") runs above
+  the client's count, or whose limits other users of the same key also draw on.
+- **Token counts**: ``usage.prompt_tokens`` the prompt's count (charged as above), ``usage.completion_tokens`` the reply's tokens.
 - **Replies**: a prompt that asks for a ``"label"`` (a judge) gets ``{"label": "CORRECT"}``, one that
   asks for a ``"score"`` (a rubric judge) ``{"score": 1.0, ...}``, any other a short answer.
 - ``--time-scale S`` runs the endpoint's clock S times as fast: latencies x S, and a "minute" of the
@@ -132,7 +135,7 @@ class Limits:
 
 
 def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float = 1.0, seed: int = 0,
-                     tag_regex: str | None = None):
+                     tag_regex: str | None = None, charge_factor: float = 1.0):
     """The FastAPI app of the endpoint (see the module docstring); ``app.state.stats`` holds its counters.
 
     Args:
@@ -141,12 +144,15 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
         time_scale: real seconds per second of the endpoint's clock (0.05: 20 times as fast).
         seed: the latency draws' random seed.
         tag_regex: log every call with this regex's first group in the prompt.
+        charge_factor: each request is charged this many times its token count (>= 1), rounded up.
     """
     from aml_ray.models.rate_limits import prompt_tokens
     from aml_ray.models.tokens import count_tokens
 
     if not time_scale > 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")
+    if not charge_factor >= 1:
+        raise ValueError(f"charge_factor must be >= 1, got {charge_factor}")
     prompt_tokens([{"role": "user", "content": "warm"}], "gpt-4o-mini")  # the tokenizer's tables load now, not
     # on the first request (about 0.5-1 s of a blocked event loop, in which arrivals would bunch up)
     rng = random.Random(seed)
@@ -174,7 +180,7 @@ def hosted_model_app(latency: LatencyModel, limits: Limits, *, time_scale: float
         st = state["stats"].setdefault(model, ModelStats())
         st.calls += 1
         prompt = prompt_tokens(messages, model)
-        cost = prompt + int(body.get("max_tokens") or 0)
+        cost = math.ceil((prompt + int(body.get("max_tokens") or 0)) * charge_factor)
         mine = buckets(model, now)
         costs = {"rpm": 1, "tpm": cost}
         waits = {name: b.wait_s(costs[name], now) for name, b in mine.items()}
@@ -264,13 +270,15 @@ def main(argv: list[str] | None = None) -> None:
                    help="seconds of budget each bucket holds (60: a minute's burst; 1: enforced per second)")
     p.add_argument("--time-scale", type=float, default=1.0, help="real seconds per endpoint second")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--charge-factor", type=float, default=1.0,
+                   help="charge each request this many times its token count (an API whose estimate runs higher)")
     p.add_argument("--tag-regex", default=None, help="log every call with this regex's first group (GET /stats 'calls')")
     a = p.parse_args(argv)
     import uvicorn
 
     app = hosted_model_app(LatencyModel(a.p50_ms / 1000, a.p99_ms / 1000, a.max_ms / 1000),
                            Limits(a.rpm, a.tpm, a.window_s), time_scale=a.time_scale, seed=a.seed,
-                           tag_regex=a.tag_regex)
+                           tag_regex=a.tag_regex, charge_factor=a.charge_factor)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", a.port))

@@ -52,16 +52,14 @@ def test_limits_are_validated_with_the_setting_named():
         model_endpoint_from_env("answer", {**env, "ANSWER_RATE_HEADROOM": "lots"})
 
 
-def test_client_stays_under_the_endpoints_per_second_limits():
-    """80 calls at once against an endpoint that enforces 2,400 requests and 480,000 tokens a minute per
-    second (both bind: about 40 calls/s of 213 tokens): every call ends ok, few 429s, every token counted as the endpoint charges
-    it, and the most it admitted in any second within its buckets (a second's budget plus its refill)."""
-    rpm, tpm, n = 2400, 480_000, 80
-    flags = ["--p50-ms", "20", "--p99-ms", "100", "--window-s", "1", "--rpm", str(rpm), "--tpm", str(tpm)]
+def _calls(flags: list[str], n: int, *, attempts: int, **limits: float) -> tuple[list[dict], dict, ModelClient]:
+    """``n`` calls at once (:func:`messages`, 50 completion tokens each) through a :class:`ModelClient` declaring
+    ``limits`` (rpm, tpm) to the hosted-like endpoint started with ``flags``; returns the replies, the
+    endpoint's ``/stats`` and the (closed) client."""
     with ServerProcess("hosted", *flags) as server:
         endpoint = ModelEndpoint(role="answer", base_url=f"{server.base_url}/v1", model=MODEL,
-                                 api_key=SecretStr("sk-test"), max_in_flight=64, rpm=rpm, tpm=tpm)
-        client = ModelClient(endpoint, RetryPolicy(max_attempts=4, backoff_base_s=0.05, backoff_max_s=0.5))
+                                 api_key=SecretStr("sk-test"), max_in_flight=64, **limits)
+        client = ModelClient(endpoint, RetryPolicy(max_attempts=attempts, backoff_base_s=0.05, backoff_max_s=0.5))
 
         async def run():
             try:
@@ -69,8 +67,17 @@ def test_client_stays_under_the_endpoints_per_second_limits():
             finally:
                 await client.aclose()
 
-        out = asyncio.run(run())
-        stats = server.stats()["models"][MODEL]
+        return asyncio.run(run()), server.stats(), client
+
+
+def test_client_stays_under_the_endpoints_per_second_limits():
+    """80 calls at once against an endpoint that enforces 2,400 requests and 480,000 tokens a minute per
+    second (both bind: about 40 calls/s of 213 tokens): every call ends ok, few 429s, every token counted as the endpoint charges
+    it, and the most it admitted in any second within its buckets (a second's budget plus its refill)."""
+    rpm, tpm, n = 2400, 480_000, 80
+    flags = ["--p50-ms", "20", "--p99-ms", "100", "--window-s", "1", "--rpm", str(rpm), "--tpm", str(tpm)]
+    out, snapshot, _ = _calls(flags, n, attempts=4, rpm=rpm, tpm=tpm)
+    stats = snapshot["models"][MODEL]
     assert [r["status"] for r in out] == ["ok"] * n
     # none on an idle machine (scripts/bench_suite.py prints the share); a loaded one stalls the client's
     # clock against the endpoint's, so a few are allowed here: a client that ignores the limits gets most refused
@@ -78,3 +85,21 @@ def test_client_stays_under_the_endpoints_per_second_limits():
     assert stats["tokens_charged"] == sum(request_tokens(messages(i), 50, MODEL) for i in range(n))
     assert stats["peak_per_window"]["requests"] <= 2 * rpm / 60
     assert stats["peak_per_window"]["tokens"] <= 2 * tpm / 60
+
+
+def test_client_widens_its_margin_when_the_endpoint_counts_more_tokens_than_it_does():
+    """An endpoint that charges every request 10 % more tokens than the client counts (a hosted API's own
+    estimate, or another user of the key), enforcing 480,000 tokens a minute per second; 450 calls (about 12 s of
+    budget). The client starts at 98 % of the limit by its own count, which is 108 % by the endpoint's: the
+    first refusals widen its margin until each request counts at least 1.08 x its cost, and from then on the
+    endpoint refuses almost nothing (a client with a fixed margin is refused on every second)."""
+    tpm, n = 480_000, 450
+    flags = ["--p50-ms", "20", "--p99-ms", "100", "--window-s", "1", "--tpm", str(tpm), "--charge-factor", "1.1",
+             "--tag-regex", r"question (\d+)"]
+    out, snapshot, client = _calls(flags, n, attempts=8, tpm=tpm)
+    assert [r["status"] for r in out] == ["ok"] * n
+    assert 1.08 <= client.load()["count_factor"] <= 1.16, client.load()
+    calls = sorted(snapshot["calls"])  # [arrival, done, kind, tag, status, tokens charged]
+    last_third = calls[2 * len(calls) // 3:]
+    refused = sum(status == 429 for _, _, _, _, status, _ in last_third)
+    assert refused <= len(last_third) // 100, (refused, len(last_third), snapshot["models"][MODEL]["rejected_by"])

@@ -17,7 +17,8 @@ Limits: max in-flight requests (fair slots), requests/minute and tokens/minute
 (:class:`aml_ray.models.rate_limits.RequestBudget`: aiolimiter buckets holding ``rate_window_s`` of budget,
 drained at the limits less ``rate_headroom``; the token cost of a call is counted before sending as a
 hosted API charges it, prompt tokens with the per-message overhead + ``max_tokens``). A 429 is retried
-after its Retry-After. Replies are cached
+after its Retry-After, and widens the budget's margin (:meth:`RequestBudget.refused
+<aml_ray.models.rate_limits.RequestBudget.refused>`). Replies are cached
 by (model, prompt hash, input hash) when the endpoint has a ``cache_path``; usage and a cost estimate
 (:mod:`aml_ray.models.pricing`) are recorded per call.
 """
@@ -135,10 +136,14 @@ class ModelClient:
             self._cache = None
 
     def load(self) -> dict[str, Any]:
-        """``{"in_use": slots held, "waiting": {job: requests waiting}}`` (for drills and tests)."""
+        """``{"in_use": slots held, "waiting": {job: requests waiting}, "count_factor": what each request counts
+        against the rpm/tpm budgets, as a multiple of its cost (:attr:`RequestBudget.factor
+        <aml_ray.models.rate_limits.RequestBudget.factor>`: above 1.0 after the endpoint's refusals)}`` (for drills
+        and tests)."""
+        factor = self._budget.factor
         if self._slots is None:
-            return {"in_use": 0, "waiting": {}}
-        return {"in_use": self._slots.in_use, "waiting": self._slots.waiting()}
+            return {"in_use": 0, "waiting": {}, "count_factor": factor}
+        return {"in_use": self._slots.in_use, "waiting": self._slots.waiting(), "count_factor": factor}
 
     async def _attempt(self, messages: list[dict[str, Any]], max_tokens: int,
                        job: str) -> tuple[str, dict[str, int], float]:
@@ -155,6 +160,8 @@ class ModelClient:
                 raw = await client.post("/chat/completions", cast_to=bytes, body={
                     "model": self.endpoint.model, "messages": messages, "temperature": 0, "max_tokens": max_tokens})
             except openai.APIStatusError as exc:
+                if exc.status_code == 429:  # over the endpoint's limits by its own count: the margin widens
+                    self._budget.refused()
                 if exc.status_code in MODEL_RETRY_STATUSES:
                     raise TransientError(f"HTTP {exc.status_code}", exc.status_code,
                                          parse_retry_after(exc.response.headers.get("retry-after"))) from None
