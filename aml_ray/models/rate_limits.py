@@ -93,9 +93,10 @@ class RequestBudget:
             an endpoint that enforces per second (or over any longer period): its bucket holds twice the
             client's, so requests that bunch up on the way are still admitted (with 1, a loopback endpoint
             refused 1-6 % of 80 requests; with 0.5, none: docs/benchmarks.md).
-        headroom: the share of each limit left unused from the start (:data:`aml_ray.config.DEFAULT_RATE_HEADROOM`,
-            0.02: the buckets drain at 98 % of the limit), so that the endpoint's own budget refills a little faster than the client spends it and
-            absorbs requests that arrive closer together than they were sent; refusals widen the margin
+        headroom: the share of each limit left unused from the start
+            (:data:`aml_ray.config.DEFAULT_RATE_HEADROOM`, 0.02: the buckets drain at 98 % of the limit), so
+            that the endpoint's own budget refills a little faster than the client spends it and absorbs
+            requests that arrive closer together than they were sent; refusals widen the margin
             (:meth:`refused`).
         clock: seconds, monotonic (``time.monotonic``; a test's own clock).
 

@@ -4,13 +4,12 @@ One bundle alone leaves the models idle at its start (its first samples' Adds an
 (the last judge calls after the last answer), and the participant idle while its last questions are answered
 and judged. Run one after another, a suite pays those waits once per bundle; run at once, one bundle's Adds
 and Searches go while another's answers and judgements do. Each bundle runs in a :class:`BundleRunner` actor
-(a process of its own: a pipeline's Ctrl-C, signals and Ray Data executor belong to one process, and a
-bundle's run holds memory that grows with its corpus, its isolation index and its scoring, which the driver
-then does not: run in threads of the driver instead, the driver's peak grew 25 % from 1 to 10 samples a
-bundle, docs/benchmarks.md), on the driver's node, since its run directory is written there. The bundles' runs share the participant version's
-client and each model endpoint's client through the cluster's client registry
-(:mod:`aml_ray.actors.shared`; a process that did not start the cluster leases them there), so the
-participant's declared capacity and each model's declared limits hold across the bundles, whose requests
+(a process of its own: a pipeline's Ctrl-C, signals and Ray Data executor belong to one process, and the
+memory a bundle's run holds grows with its corpus, its isolation index and its scoring, which the driver
+then does not hold: docs/benchmarks.md), on the driver's node, since its run directory is written there.
+The bundles' runs share the participant version's client and each model endpoint's client through the
+cluster's client registry (:mod:`aml_ray.actors.shared`; a process that did not start the cluster leases
+them there), so the participant's declared capacity and each model's declared limits hold across the bundles, whose requests
 take the slots round-robin (:mod:`aml_ray.actors.fair`).
 
 The driver (:func:`run_at_once`) polls each runner's progress and hands it on, and reports each bundle's
