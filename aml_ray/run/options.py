@@ -60,6 +60,11 @@ class PipelineOptions:
         stage_scheduling: a Ray scheduling strategy for every stage actor (e.g.
             ``NodeAffinitySchedulingStrategy(node_id, soft=True)``); None: Ray Data's for its stages,
             Ray's default for a single-stage job's Ingest actor.
+        ingest_here: a single-stage job's Ingest runs in the process that runs the job, on an event loop of
+            its own (:mod:`aml_ray.run.local_ingest`), not in an Ingest actor: one worker process less to
+            start. None: when that process is a Ray actor that runs the job (a suite's bundle runner, the
+            service's job actor) and no ``stage_scheduling`` places the stage; a driver keeps the actor
+            (its memory stays flat, and a private cluster's actor also holds the run's progress tracker).
     """
 
     ingest_parallelism: int = 16
@@ -69,6 +74,7 @@ class PipelineOptions:
     judge_slice_rows: int = JUDGE_SLICE_ROWS
     samples_per_task: int | None = None
     stage_scheduling: Any = None
+    ingest_here: bool | None = None
 
     def __post_init__(self) -> None:
         """Refuse a slice size the model stage could not cut (before any Ray start or request).

@@ -40,6 +40,7 @@ from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, Quest
                               read_questions)
 from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
+from aml_ray.run.local_ingest import LocalIngest, hosts_its_job
 from aml_ray.run.options import ANSWER_QUEUE_FACTOR, OFFLINE_BATCH, PipelineOptions  # noqa: F401 - re-exported: the pipeline's knobs
 from aml_ray.run.outcome import StageFailed  # noqa: F401 - re-exported: how the pipeline stops
 from aml_ray.prompts import Prompt
@@ -365,7 +366,9 @@ def run_pipeline(
     # the tracker keeps counts and the first failure: in the cluster's progress hub, one actor for every job
     # (aml_ray.actors.progress_hub), or in a private cluster's single stage the Ingest actor itself
     # (aml_ray.run.progress)
-    progress_here = {"head_start": head_start is not None} if private_cluster and single else None
+    local = single and (opts.ingest_here if opts.ingest_here is not None
+                        else opts.stage_scheduling is None and hosts_its_job())  # aml_ray.run.local_ingest
+    progress_here = {"head_start": head_start is not None} if private_cluster and single and not local else None
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
     # released in the finally below, and the last job out closes the actor. The participant's lease comes
@@ -412,8 +415,13 @@ def run_pipeline(
                      "judge_slice_rows": opts.judge_slice_rows if answers_after_slot else None,
                      "progress_here": progress_here}
     paths = inputs.sample_paths()
-    ingest_actor = None
-    if single:
+    ingest_actor = local_ingest = None
+    if report is not None:
+        report["ingest_in"] = "job process" if local else "actor" if single else "ray data"
+    if local:
+        local_ingest = LocalIngest(ingest_kwargs, in_flight=tasks)
+        outputs = local_ingest.run([paths[i:i + per_task] for i in range(0, len(paths), per_task)])
+    elif single:
         ingest_actor = _ingest_actor(ingest_kwargs, in_flight=tasks, scheduling=opts.stage_scheduling)
         outputs = _single_stage(ingest_actor, [paths[i:i + per_task] for i in range(0, len(paths), per_task)])
         if progress_here is not None:
@@ -478,6 +486,8 @@ def run_pipeline(
                 lease.release()
             if ingest_actor is not None:
                 ray.kill(ingest_actor, no_restart=True)
+            if local_ingest is not None:
+                local_ingest.close()
             if poller is not None:
                 # never left inside a Ray call: a thread that calls into Ray after ray.shutdown() ends the whole
                 # process at once with status 1 (Ray's core worker exits), before run.json says how the run

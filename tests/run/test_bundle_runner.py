@@ -24,7 +24,7 @@ def _config(tmp_path, spec, **kw):
 
     return SuiteConfig(participant=spec, answer=model_endpoint_from_env("answer", {}),
                        judge=model_endpoint_from_env("judge", {}), out_dir=tmp_path / "suite",
-                       datasets_dir=SHARED_DATASETS, limit_samples=2, bundles=PRESENT, **kw)
+                       datasets_dir=SHARED_DATASETS, **{"limit_samples": 2, "bundles": PRESENT, **kw})
 
 
 def _span(run_dir) -> tuple[datetime, datetime]:
@@ -49,6 +49,28 @@ def test_bundles_run_at_once_within_the_participants_declared_in_flight_limit(tm
     assert last_start < first_end, spans  # every bundle was running at that moment
     assert refused == {}, refused
     assert result.overall["datasets"] == 3
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_bundles_ingest_runs_in_its_runner_with_no_actor_of_its_own(tmp_path):
+    """A bundle's runner is a worker process that exists for its bundle's job: the job's Ingest stage runs
+    there (aml_ray.run.local_ingest), so the suite starts a ``BundleRunner`` per bundle and no
+    ``IngestFromFiles`` actor; each run.json says where its Ingest ran, and every question is scored."""
+    import ray
+
+    from aml_ray.run.suite_run import evaluate_suite
+
+    before = set(ray._private.state.actors())
+    with BadParticipant(capacity=4) as server:
+        result = evaluate_suite(_config(tmp_path, server.spec(), bundles=["locomo", "beam"], limit_samples=1))
+    started = sorted(a["ActorClassName"] for aid, a in ray._private.state.actors().items() if aid not in before)
+    assert started.count("BundleRunner") == 2 and "IngestFromFiles" not in started, started
+    for outcome in result.outcomes:
+        info = outcome.result.run_info
+        assert (outcome.name, info["status"], info["ingest_in"]) == (outcome.name, "completed", "job process")
+        counts = info["outcome"]["counts"]
+        assert counts["questions"]["final"] == info["dataset"]["scorable_questions"] > 0, counts
+        assert counts["adds"]["ok"] == info["dataset"]["chunks"] and counts["questions"]["missing"] == 0, counts
 
 
 @pytest.mark.usefixtures("ray_session")
