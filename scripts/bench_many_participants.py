@@ -1,16 +1,18 @@
 """N participants evaluated at once, each with its own capacity, sharing rate-limited model endpoints.
 
-Runs N jobs (``--n 1 4 8 16``), one per participant, each :func:`aml_ray.run.pipeline.run_pipeline` in a
-thread of one driver on one Ray: the dispatch path of the service's ``JobWorker``, which runs each
-queued job in a thread of its driver (the service's HTTP queue and database are not in it). Each
+Runs N jobs (``--n 1 4 8 16``), one per participant, each :func:`aml_ray.run.pipeline.run_pipeline` on one Ray,
+in a Ray actor of its own (``--jobs-in actors``, the default: the service's layout, where each job runs in a
+job actor, :mod:`aml_ray.serve_app.job_actor`, whose process also runs the job's Ingest stage,
+:mod:`aml_ray.run.local_ingest`) or in a thread of this driver (``--jobs-in threads``: each job's Ingest is an
+actor of its own); the service's HTTP queue and database are not in it. Each
 participant is a loopback server (``scripts/loopback_servers.py``) serving at most its declared
 capacity (cycling through ``--capacities``); the answer and judge models are the hosted-like endpoint
 (``scripts/model_endpoint.py``), shared by every job through the cluster's ``ModelClient`` actors.
 
-Per participant it prints the job's wall against its own bound, the larger of its participant's busy
-time at its capacity ((Adds + Searches) x latency / capacity) and its fair share of the model budget
-(its tokens charged, per model, at TPM / N: every job has the same questions), and the ratio; then the
-fairness figure (the largest ratio; the target is 1.2), the aggregate throughput (questions/s) and each
+Per participant it prints the job's wall (from the launch of every job, its actor's start included) against
+its own bound, the larger of its participant's busy time at its capacity ((Adds + Searches) x latency /
+capacity) and its fair share of the model budget (its tokens charged, per model, at TPM / N: every job has
+the same questions), and the ratio; then the fairness figure (the largest ratio; the target is 1.2), the aggregate throughput (questions/s) and each
 model's tokens charged per tenth of the wall against its TPM.
 
     .venv/bin/python scripts/bench_many_participants.py --n 1 4 8
@@ -19,6 +21,7 @@ model's tokens charged per tenth of the wall against its TPM.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import tempfile
@@ -35,10 +38,47 @@ from drill_many_participants import JobPlan, _run_job  # noqa: E402
 from loopback_servers import ServerProcess  # noqa: E402
 
 TAG_REGEX = r"\[job:([a-z]+)\]"
+#: This folder, put on a job actor's ``sys.path`` for the drill's job function.
+SCRIPTS = str(Path(__file__).resolve().parent)
 
 
 def _name(i: int) -> str:
     return "p" + "".join(chr(ord("a") + int(d)) for d in f"{i:02d}")
+
+
+def _job_in_actor(plan: tuple, base_url: str, answer, judge, out: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """:func:`drill_many_participants._run_job` of the :class:`~drill_many_participants.JobPlan` whose fields are
+    ``plan`` in this worker process (a ``_JobProcess`` actor; the drill's module is imported here, so its plan
+    travels as a tuple); its record (start and end on the machine's monotonic clock, which every process shares)."""
+    sys.path.insert(0, SCRIPTS)
+    from drill_many_participants import JobPlan as Plan, _run_job as run_job
+
+    run_job(Plan(*plan), base_url, answer, judge, out, record)
+    return record
+
+
+def _in_actors(plans, base_urls: list[str], answer, judge, out: Path, records: dict[str, dict[str, Any]],
+               timeout_s: float) -> dict[str, dict[str, Any]]:
+    """Each plan's job in a Ray actor of its own (0 CPUs, as the service's job actors), all at once; their records."""
+    import ray
+
+    job_process = ray.remote(num_cpus=0, max_restarts=0)(_JobProcess)
+    actors = [job_process.remote() for _ in plans]
+    refs = [a.run.remote(dataclasses.astuple(p), url, answer, judge, out, records[p.name])
+            for a, p, url in zip(actors, plans, base_urls)]
+    try:
+        done = ray.get(refs, timeout=timeout_s)
+    finally:
+        for a in actors:
+            ray.kill(a)
+    return {p.name: rec for p, rec in zip(plans, done)}
+
+
+class _JobProcess:
+    """A job's process, as the service's job actor is one (no store, no lease: only the job's run)."""
+
+    def run(self, plan: tuple, base_url: str, answer, judge, out: Path, record: dict[str, Any]) -> dict[str, Any]:
+        return _job_in_actor(plan, base_url, answer, judge, out, record)
 
 
 def one_round(args, n: int) -> dict[str, Any]:
@@ -60,13 +100,18 @@ def one_round(args, n: int) -> dict[str, Any]:
                                        rpm=args.rpm / ts, tpm=args.tpm / ts)
                          for role, name in (("answer", "gpt-4o-mini"), ("judge", "gpt-4o")))
         records = {p.name: {"run_id": f"{p.name}-{uuid.uuid4().hex[:8]}"} for p in plans}
-        threads = [threading.Thread(target=_run_job, args=(p, s.base_url, answer, judge, Path(tmp), records[p.name]),
-                                    daemon=True) for p, s in zip(plans, parts)]
         t0 = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=args.timeout_s)
+        if args.jobs_in == "actors":
+            records.update(_in_actors(plans, [s.base_url for s in parts], answer, judge, Path(tmp), records,
+                                      args.timeout_s))
+        else:
+            threads = [threading.Thread(target=_run_job, daemon=True,
+                                        args=(p, s.base_url, answer, judge, Path(tmp), records[p.name]))
+                       for p, s in zip(plans, parts)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=args.timeout_s)
         wall = time.monotonic() - t0
         pstats = [s.stats() for s in parts]
         mstats = model.stats()
@@ -87,7 +132,7 @@ def one_round(args, n: int) -> dict[str, Any]:
         busy = (st["n"].get("add", 0) + st["n"].get("search", 0)) * p.latency_ms / 1000 / p.max_in_flight
         share = max(tokens.get(p.name, {}).values(), default=0) / (per_s / n)
         b = max(busy, share)
-        w = rec.get("end", time.monotonic()) - rec.get("start", t0)
+        w = rec.get("end", time.monotonic()) - t0  # from the bench's launch: a job actor's start counts
         jobs.append({"name": p.name, "capacity": p.max_in_flight, "wall_s": w, "busy_s": busy, "model_share_s": share,
                      "bound_s": b, "ratio": w / b if b else float("nan"), "scored": rec.get("scored"),
                      "error": rec.get("error"), "over_capacity": st["over_capacity"],
@@ -111,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--jobs-in", choices=["actors", "threads"], default="actors",
+                    help="each job in a Ray actor of its own (the service's job actors) or in a thread of this driver")
     ap.add_argument("--nodes", type=int, default=1,
                     help="local Ray nodes; more than 1: a ray.cluster_utils.Cluster with --num-cpus on each node")
     args = ap.parse_args(argv)
@@ -130,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             init_ray(num_cpus=args.num_cpus)
             stack.callback(shutdown_ray)
-        print(f"Ray: {args.nodes} node(s) x {args.num_cpus} CPUs; {os.cpu_count()} CPUs on this machine")
+        print(f"Ray: {args.nodes} node(s) x {args.num_cpus} CPUs; {os.cpu_count()} CPUs on this machine; "
+              f"each job in {'a Ray actor of its own' if args.jobs_in == 'actors' else 'a thread of this driver'}")
         rounds(args)
 
 

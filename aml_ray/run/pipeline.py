@@ -371,28 +371,39 @@ def run_pipeline(
     progress_here = {"head_start": head_start is not None} if private_cluster and single and not local else None
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
-    # released in the finally below, and the last job out closes the actor. The participant's lease comes
-    # first: on a joined cluster it grants the head start, which then sends at once, not after the hub's.
+    # released in the finally below, and the last job out closes the actor. What every job needs (the
+    # progress hub, the model clients) is leased first and the version's participant client last: the
+    # raylet starts worker processes in the order they are asked for, as many at a time as the node has
+    # CPUs, so jobs that start at once find the shared actors started ahead of their participants' clients,
+    # not behind all of them (docs/benchmarks.md). On a joined cluster the participant's lease grants the
+    # head start, those few registry round trips later.
     job = job_key or uuid.uuid4().hex
-    ask = head_start is not None and not private_cluster and not head_start.released
-    leases = [acquire_participant_client(participant, job, version_key=participant_key, private=private_cluster,
-                                         head_start=ask)]
-    client = leases[0].handle
-    if ask and leases[0].head_start:  # this job's lease started the shared client, holding its slots for it
-        head_start.release()
-    elif ask:
-        head_start.stop("not granted: another job holds the participant version's client")
-    tracker = None
-    if progress_here is None:
-        leases.append(acquire_progress_hub(job, private=private_cluster))
-        tracker = TrackerOnHub(leases[-1].handle, uuid.uuid4().hex, head_start=head_start is not None)
-    answer_client = judge_client = None
-    if not answer.offline and not retrieval_only:
-        leases.append(acquire_model_client(answer, job, private=private_cluster))
-        answer_client = JobModel(leases[-1].handle, job)
-    if not judge.offline and not retrieval_only:
-        leases.append(acquire_model_client(judge, job, private=private_cluster))
-        judge_client = JobModel(leases[-1].handle, job)
+    leases: list = []
+    try:  # a lease that fails to come releases those already taken
+        tracker = None
+        if progress_here is None:
+            leases.append(acquire_progress_hub(job, private=private_cluster))
+            tracker = TrackerOnHub(leases[-1].handle, uuid.uuid4().hex, head_start=head_start is not None)
+        answer_client = judge_client = None
+        if not answer.offline and not retrieval_only:
+            leases.append(acquire_model_client(answer, job, private=private_cluster))
+            answer_client = JobModel(leases[-1].handle, job)
+        if not judge.offline and not retrieval_only:
+            leases.append(acquire_model_client(judge, job, private=private_cluster))
+            judge_client = JobModel(leases[-1].handle, job)
+        ask = head_start is not None and not private_cluster and not head_start.released
+        participant_lease = acquire_participant_client(participant, job, version_key=participant_key,
+                                                       private=private_cluster, head_start=ask)
+        leases.append(participant_lease)
+        client = participant_lease.handle
+        if ask and participant_lease.head_start:  # this job's lease started the shared client, holding its slots for it
+            head_start.release()
+        elif ask:
+            head_start.stop("not granted: another job holds the participant version's client")
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
 
     # blocks of sample file paths (the driver never holds the rows), one Ingest task per block: one sample
     # each, or several when samples are many (PipelineOptions.ingest_layout); IngestFromFiles reads each
@@ -436,7 +447,7 @@ def run_pipeline(
     handover = None
     if head_start is not None:
         handover = threading.Thread(target=_hand_over, args=(tracker, client, head_start, stop), daemon=True,
-                                    kwargs={"held_from_start": leases[0].head_start})
+                                    kwargs={"held_from_start": participant_lease.head_start})
         handover.start()
     poller = None
     if on_progress is not None:
