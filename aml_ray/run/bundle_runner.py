@@ -6,7 +6,9 @@ and judged. Run one after another, a suite pays those waits once per bundle; run
 and Searches go while another's answers and judgements do. Each bundle runs in a :class:`BundleRunner` actor
 (a process of its own: a pipeline's Ctrl-C, signals and Ray Data executor belong to one process, and the
 memory a bundle's run holds grows with its corpus, its isolation index and its scoring, which the driver
-then does not hold: docs/benchmarks.md), on the driver's node, since its run directory is written there.
+then does not hold: docs/benchmarks.md), on the driver's node, since its run directory is written there. The
+bundle's Ingest stage runs in the runner's process too (:mod:`aml_ray.run.local_ingest`): no Ingest actor per
+bundle.
 The bundles' runs share the participant version's client and each model endpoint's client through the
 cluster's client registry (:mod:`aml_ray.actors.shared`; a process that did not start the cluster leases
 them there), so the participant's declared capacity and each model's declared limits hold across the bundles, whose requests

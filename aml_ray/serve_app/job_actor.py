@@ -1,8 +1,9 @@
 """The Ray actor a job runs in: detached, so that a job outlives the Serve replica that started it.
 
-One actor per claim of a job (0 CPUs: the evaluation's Ray Data stages hold the CPUs). It opens its own
+One actor per claim of a job (0 CPUs: its work waits on the participant and the models). It opens its own
 connection to the store from the service settings, runs :meth:`aml_ray.serve_app.worker.JobWorker.run_job`
-under the lease the dispatcher claimed, renewing it while it runs, then exits (``ray.actor.exit_actor``), so
+under the lease the dispatcher claimed, renewing it while it runs (the job's Ingest stage, with the models'
+stages inside, runs in this process too: :mod:`aml_ray.run.local_ingest`), then exits (``ray.actor.exit_actor``), so
 no finished job leaves a process behind. When the actor dies with its node, nothing renews the lease; once
 it expires, any replica's dispatcher claims the job again and a new actor resumes it from its evidence.
 
