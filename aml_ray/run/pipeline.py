@@ -277,6 +277,12 @@ def _ray_data_stages(opts: PipelineOptions, paths: list[str], *, per_task: int, 
     yield from ds.iter_batches(batch_format="pyarrow", batch_size=None)
 
 
+def _release(leases: list) -> None:
+    """Give back every lease of ``leases`` (:meth:`aml_ray.actors.shared.Lease.release`: never raises)."""
+    for lease in leases:
+        lease.release()
+
+
 def run_pipeline(
     inputs: PipelineInputs,
     *,
@@ -401,8 +407,7 @@ def run_pipeline(
         elif ask:
             head_start.stop("not granted: another job holds the participant version's client")
     except BaseException:
-        for lease in leases:
-            lease.release()
+        _release(leases)
         raise
 
     # blocks of sample file paths (the driver never holds the rows), one Ingest task per block: one sample
@@ -430,7 +435,11 @@ def run_pipeline(
     if report is not None:
         report["ingest_in"] = "job process" if local else "actor" if single else "ray data"
     if local:
-        local_ingest = LocalIngest(ingest_kwargs, in_flight=tasks)
+        try:  # the stage's constructor runs here, not in an actor's first call: its error releases the leases
+            local_ingest = LocalIngest(ingest_kwargs, in_flight=tasks)
+        except BaseException:
+            _release(leases)
+            raise
         outputs = local_ingest.run([paths[i:i + per_task] for i in range(0, len(paths), per_task)])
     elif single:
         ingest_actor = _ingest_actor(ingest_kwargs, in_flight=tasks, scheduling=opts.stage_scheduling)
@@ -493,8 +502,7 @@ def run_pipeline(
                     report["participant_concurrency"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             if isinstance(tracker, TrackerOnHub):  # the hub forgets this job's counts; its lease ends below
                 tracker.hub.drop.remote(tracker.key)
-            for lease in leases:
-                lease.release()
+            _release(leases)
             if ingest_actor is not None:
                 ray.kill(ingest_actor, no_restart=True)
             if local_ingest is not None:

@@ -66,3 +66,24 @@ def test_a_failed_stage_in_the_process_stops_the_run_with_its_cause_and_leaves_n
                   for line in path.read_text().splitlines()]  # a stopped run's Add journals, kept for its resume
     assert len(journalled) == info["dataset"]["chunks"] > 0 and {a["status"] for a in journalled} == {"ok"}
     assert _ingest_threads() == []
+
+
+def test_a_stage_that_cannot_be_built_releases_the_jobs_leases(tmp_path, locomo_file, monkeypatch):
+    """The stage's constructor runs in the job's process, before the pipeline's loop: its error reaches the
+    caller, the job holds no lease on the cluster afterwards, and no stage thread is left."""
+    import aml_ray.run.local_ingest as local_ingest
+    from aml_ray.actors.shared import live_leases
+
+    class Unbuildable:
+        def __init__(self, **kwargs):
+            raise RuntimeError("the stage could not be built")
+
+    monkeypatch.setattr(local_ingest, "IngestFromFiles", Unbuildable)
+    with ReferenceServer(tmp_path / "ref") as ref:
+        with pytest.raises(RuntimeError, match="the stage could not be built"):
+            evaluate(EvaluationConfig(
+                dataset="locomo", participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
+                out_dir=tmp_path / "run", data_path=locomo_file, limit_samples=1, run_id="unbuildable",
+                options=PipelineOptions(ingest_here=True), **OFFLINE))
+    assert {name: jobs for name, jobs in live_leases().items() if any(j.startswith("unbuildable/") for j in jobs)} == {}
+    assert _ingest_threads() == []
