@@ -105,11 +105,3 @@ class LocalIngest:
             self._thread.join(timeout=CLOSE_WAIT_S)
         if not self._thread.is_alive():
             self._loop.close()
-
-
-def hosts_its_job() -> bool:
-    """Whether this process is a Ray actor (a suite's bundle runner, the service's job actor), i.e. a worker
-    process that exists for the job it runs, rather than a driver. Ray must be initialised."""
-    import ray
-
-    return ray.get_runtime_context().get_actor_id() is not None

@@ -40,11 +40,11 @@ from aml_ray.run.evidence import (SUMMARY_COLUMNS, BufferedQuestionWriter, Quest
                               read_questions)
 from aml_ray.run.head_start import HeadStart
 from aml_ray.run.inputs import PipelineInputs, build_inputs, iter_excluded, stream_steps
-from aml_ray.run.local_ingest import LocalIngest, hosts_its_job
+from aml_ray.run.local_ingest import LocalIngest
 from aml_ray.run.options import ANSWER_QUEUE_FACTOR, OFFLINE_BATCH, PipelineOptions  # noqa: F401 - re-exported: the pipeline's knobs
 from aml_ray.run.outcome import StageFailed  # noqa: F401 - re-exported: how the pipeline stops
 from aml_ray.prompts import Prompt
-from aml_ray.run.ray_runtime import quiet_ray_data, use_arrow_ipc_serialization
+from aml_ray.run.ray_runtime import in_ray_actor, quiet_ray_data, use_arrow_ipc_serialization
 from aml_ray.stages import AnswerJudgeStage, IngestFromFiles
 from aml_ray.stages.ingest import PROGRESS_GROUP, PROGRESS_GROUP_SIZE
 
@@ -373,7 +373,7 @@ def run_pipeline(
     # (aml_ray.actors.progress_hub), or in a private cluster's single stage the Ingest actor itself
     # (aml_ray.run.progress)
     local = single and (opts.ingest_here if opts.ingest_here is not None
-                        else opts.stage_scheduling is None and hosts_its_job())  # aml_ray.run.local_ingest
+                        else opts.stage_scheduling is None and in_ray_actor())  # aml_ray.run.local_ingest
     progress_here = {"head_start": head_start is not None} if private_cluster and single and not local else None
     # Shared with every job running on the cluster, in any process (aml_ray.actors.shared): one client
     # per participant version and per model endpoint, so declared limits hold across jobs; leases are
@@ -431,6 +431,7 @@ def run_pipeline(
                      "judge_slice_rows": opts.judge_slice_rows if answers_after_slot else None,
                      "progress_here": progress_here}
     paths = inputs.sample_paths()
+    blocks = [paths[i:i + per_task] for i in range(0, len(paths), per_task)]  # one Ingest task's sample files each
     ingest_actor = local_ingest = None
     if report is not None:
         report["ingest_in"] = "job process" if local else "actor" if single else "ray data"
@@ -440,10 +441,10 @@ def run_pipeline(
         except BaseException:
             _release(leases)
             raise
-        outputs = local_ingest.run([paths[i:i + per_task] for i in range(0, len(paths), per_task)])
+        outputs = local_ingest.run(blocks)
     elif single:
         ingest_actor = _ingest_actor(ingest_kwargs, in_flight=tasks, scheduling=opts.stage_scheduling)
-        outputs = _single_stage(ingest_actor, [paths[i:i + per_task] for i in range(0, len(paths), per_task)])
+        outputs = _single_stage(ingest_actor, blocks)
         if progress_here is not None:
             tracker = ProgressOnIngest(ingest_actor)
     else:

@@ -528,6 +528,13 @@ def disable_transparent_huge_pages() -> bool:
         return False
 
 
+def in_ray_actor() -> bool:
+    """Whether this process is a Ray actor's worker (False in a driver, a test process, or before Ray starts)."""
+    import ray
+
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
 def tune_actor_gc() -> bool:
     """Make Python's cyclic garbage collector cheap in this Ray actor: freeze start-up objects, collect less often.
 
@@ -549,9 +556,7 @@ def tune_actor_gc() -> bool:
     """
     import gc
 
-    import ray
-
-    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+    if not in_ray_actor():
         return False
     gc.freeze()
     gc.set_threshold(*ACTOR_GC_THRESHOLDS)
