@@ -159,7 +159,8 @@ def test_refused_looping_and_breaking_diffs_are_recorded_unresolved(tmp_path):
         result = run_coding(CodingRunConfig(
             bench=bench, participant=ParticipantSpec(add_url=ref.add_url, search_url=ref.search_url),
             answer=ModelEndpoint(role="answer", base_url=f"{http.base_url}/v1", model="m"),
-            out_dir=tmp_path / "run", sandbox=SubprocessSandbox(SandboxConfig(wall_clock_s=60))))
+            # the looping diff runs to this limit; the baseline's tests take a few seconds on a busy machine
+            out_dir=tmp_path / "run", sandbox=SubprocessSandbox(SandboxConfig(wall_clock_s=20))))
     rows = {r["condition"]: r for r in result.attempts.to_dicts()}
     assert all(r["status"] == "scored" and r["resolved"] is False for r in rows.values())
     assert rows["relevant"]["sandbox_status"] == "refused" and "'..'" in rows["relevant"]["sandbox_detail"]

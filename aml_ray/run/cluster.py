@@ -7,15 +7,18 @@ dashboard, bound to 127.0.0.1), starts the cluster's client registry for as long
 process to start before its first Add), and records its address and process in
 ``<temp dir>/aml-ray-cluster.json`` (:func:`state_file`). :func:`running_address` reads that file back for
 :func:`aml_ray.run.ray_runtime.cluster_address`: the recorded process still runs and the GCS port accepts a
-connection, else there is no warm cluster (a stale file is ignored). ``down`` sends that process SIGTERM,
-on which ``ray start --block`` stops every process of its node, and removes the file; never ``ray stop``,
-which stops every Ray cluster on the machine.
+connection, else there is no warm cluster (a stale file is ignored). ``down`` sends that process SIGINT (the
+Ctrl-C that ends ``ray start --block`` at a terminal), on which it stops every process of its node, and removes
+the file; never ``ray stop``, which stops every Ray cluster on the machine. Not SIGTERM: on SIGTERM Ray first
+drains the node for Serve's sake, and the client registry, a detached actor that holds its worker, keeps the
+node from draining, so ``down`` took Ray's whole drain wait (30 s) before anything stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -24,6 +27,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+log = logging.getLogger("aml_ray.run.cluster")
 
 #: The state file's name inside the cluster's temp dir.
 STATE_NAME = "aml-ray-cluster.json"
@@ -182,7 +187,7 @@ def down(temp_dir: str, *, timeout_s: float = 60.0) -> WarmCluster | None:
 
     Args:
         temp_dir: its ``RAY_TMPDIR``.
-        timeout_s: seconds to wait for ``ray start --block`` to stop its node after SIGTERM; then SIGKILL.
+        timeout_s: seconds to wait for ``ray start --block`` to stop its node after SIGINT; then SIGKILL.
 
     Returns:
         The cluster it stopped, or None when no record was there (a stale record is removed too).
@@ -195,20 +200,22 @@ def down(temp_dir: str, *, timeout_s: float = 60.0) -> WarmCluster | None:
 
 
 def _stop(pid: int, *, timeout_s: float) -> None:
-    """SIGTERM the ``ray start --block`` process ``pid`` and wait up to ``timeout_s`` for it to end (it stops
-    its node's processes first); then SIGKILL it and every process below it (the GCS, the raylet, its agents
-    and workers) that still runs."""
+    """SIGINT the ``ray start --block`` process ``pid`` (Ctrl-C: it stops its node's processes, then exits) and
+    wait up to ``timeout_s`` for it to end; then SIGKILL it and every process below it (the GCS, the raylet,
+    its agents and workers) that still runs, and log a warning that says so."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         below = proc.children(recursive=True)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
     except psutil.Error:
         return
     try:
         proc.wait(timeout=timeout_s)
     except psutil.TimeoutExpired:
+        log.warning("ray start --block (pid %d) did not stop its node within %.0f s of SIGINT; killing it and "
+                    "its %d processes", pid, timeout_s, len(below))
         for p in [proc, *below]:
             with contextlib.suppress(psutil.Error):
                 p.kill()
