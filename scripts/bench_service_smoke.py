@@ -287,6 +287,32 @@ def report(name: str, fig: dict[str, Any]) -> dict[str, float | None]:
             "end": fig["t_end"] - t0}
 
 
+def start_service(stack: contextlib.ExitStack, settings, num_cpus: int | None) -> tuple[str, str | None]:
+    """Start what ``aml-ray serve`` starts on 127.0.0.1: a local Ray cluster (:func:`init_ray`, unless one is up)
+    and the Serve app with ``settings``, both stopped when ``stack`` unwinds (Ray last).
+
+    Returns:
+        ``(the service's base URL, the Ray session folder when this call started Ray, else None)``.
+    """
+    import ray
+    from ray import serve
+
+    from aml_ray.run.ray_runtime import init_ray
+    from aml_ray.serve_app.deployment import run
+    from drill_load import free_port, wait_ready
+
+    session_dir = None
+    if init_ray(num_cpus=num_cpus):  # stopped last (the stack unwinds in reverse)
+        stack.callback(ray.shutdown)
+        session_dir = ray._private.worker._global_node.get_session_dir_path()
+    port = free_port()
+    stack.callback(serve.shutdown)
+    run(settings, host=HOST, port=port)
+    base = f"http://{HOST}:{port}"
+    wait_ready(base)
+    return base, session_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2, help="smoke jobs one after the other (default 2: cold, warm)")
@@ -305,7 +331,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from aml_ray.config import ModelEndpoint
     from aml_ray.serve_app.settings import ServiceSettings
-    from drill_load import free_port, wait_ready
     from loopback_servers import ServerProcess
 
     load_start = os.getloadavg()
@@ -319,12 +344,6 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             model = stack.enter_context(ServerProcess("model", "--latency-ms", str(args.model_latency_ms)))
             participants = [stack.enter_context(Participant(work, f"participant-{i}")) for i in range(args.jobs)]
-            import ray
-            from ray import serve
-
-            from aml_ray.run.ray_runtime import init_ray
-            from aml_ray.serve_app.deployment import run
-
             models = {role: ModelEndpoint(role=role, base_url=f"{model.base_url}/v1", model="gpt-4o-mini",
                                           api_key=SecretStr("sk-bench"), cache_path=None)
                       for role in ("answer", "judge")}
@@ -333,14 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                 master_keys=[SecretStr(Fernet.generate_key().decode())], admin_token=SecretStr(admin),
                 allow_loopback=True, runs_dir=work / "runs", datasets_dir=SHARED_DATASETS, **models)
             t_setup = time.perf_counter()
-            if init_ray(num_cpus=args.num_cpus):  # stopped last (the stack unwinds in reverse)
-                stack.callback(ray.shutdown)
-                session_dir = ray._private.worker._global_node.get_session_dir_path()
-            port = free_port()
-            stack.callback(serve.shutdown)
-            run(settings, host=HOST, port=port)
-            base = f"http://{HOST}:{port}"
-            wait_ready(base)
+            base, session_dir = start_service(stack, settings, args.num_cpus)
             print(f"service up in {time.perf_counter() - t_setup:.1f} s (Ray start + Serve deploy) at {base}; "
                   f"load average at start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} "
                   f"on {os.cpu_count()} CPUs", flush=True)
