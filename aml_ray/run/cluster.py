@@ -10,8 +10,8 @@ process to start before its first Add), and records its address and process in
 connection, else there is no warm cluster (a stale file is ignored). ``down`` sends that process SIGINT (the
 Ctrl-C that ends ``ray start --block`` at a terminal), on which it stops every process of its node, and removes
 the file; never ``ray stop``, which stops every Ray cluster on the machine. Not SIGTERM: on SIGTERM Ray first
-drains the node for Serve's sake, and the client registry, a detached actor that holds its worker, keeps the
-node from draining, so ``down`` took Ray's whole drain wait (30 s) before anything stopped.
+drains the node for Serve's sake, for up to 30 s, and the client registry, a detached actor that holds its
+worker, keeps the node from draining, so every stop would wait the whole 30 s.
 """
 
 from __future__ import annotations
